@@ -1,0 +1,62 @@
+# Memstore task runner. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+.PHONY: install
+install: $(STAMP) ## Create .venv and install Memstore with its dev tools
+
+.PHONY: run
+run: $(STAMP) ## Run everything locally: embedded Postgres + Redis, API on :8000, one worker
+	$(BIN)/memstore up
+
+.PHONY: test
+test: $(STAMP) ## Run the test suite (starts its own embedded Postgres + Redis)
+	$(BIN)/python -m pytest
+
+.PHONY: lint
+lint: $(STAMP) ## Lint and check formatting (ruff)
+	$(BIN)/ruff check app workers tests migrations bench
+	$(BIN)/ruff format --check app workers tests migrations/env.py bench
+
+.PHONY: format
+format: $(STAMP) ## Format the code (ruff)
+	$(BIN)/ruff format app workers tests migrations/env.py bench
+	$(BIN)/ruff check --fix app workers tests migrations bench
+
+.PHONY: typecheck
+typecheck: $(STAMP) ## Type-check app/ and workers/ (mypy strict)
+	$(BIN)/mypy
+
+.PHONY: migrate
+migrate: $(STAMP) ## Upgrade the schema (embedded database unless MEMSTORE_DATABASE_URL is set)
+	$(BIN)/memstore migrate
+
+.PHONY: check-migrations
+check-migrations: $(STAMP) ## On a throwaway database: upgrade, downgrade to base, upgrade, alembic check
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(BIN)/memstore exec --data-dir "$$tmp" -- bash -c \
+	  '$(BIN)/alembic upgrade head && $(BIN)/alembic downgrade base && $(BIN)/alembic upgrade head && $(BIN)/alembic check'
+
+.PHONY: bench
+bench: $(STAMP) ## Run the benchmarks in bench/ and print their figures
+	$(BIN)/python bench/startup.py
+
+.PHONY: clean
+clean: ## Remove the virtualenv, caches and the local data directory
+	rm -rf $(VENV) .memstore .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+"""Memstore: an asynchronous, versioned memory store for AI agents."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

@@ -1,0 +1,241 @@
+"""The `memstore` command: the operator's entry point.
+
+`up` runs everything on one machine (embedded Postgres + Redis unless URLs are configured);
+`serve`, `worker` and `migrate` run one part each, for production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import structlog
+import typer
+
+from app.config import Settings, get_settings
+from app.lib.logging import configure_logging
+
+cli = typer.Typer(
+    name="memstore",
+    help="Memstore: a versioned memory store for AI agents.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+tenants_cli = typer.Typer(help="Manage tenants.", no_args_is_help=True)
+cli.add_typer(tenants_cli, name="tenants")
+
+log = structlog.get_logger("app.cli")
+
+
+def _require_urls(settings: Settings) -> tuple[str, str]:
+    if settings.database_url is None or settings.redis_url is None:
+        typer.echo(
+            "MEMSTORE_DATABASE_URL and MEMSTORE_REDIS_URL must be set "
+            "(or use `memstore up` for the embedded stack).",
+            err=True,
+        )
+        raise typer.Exit(2)
+    return settings.database_url, settings.redis_url
+
+
+async def _bootstrap(database_url: str, admin_key: str | None) -> str | None:
+    from app.db.engine import create_engine, create_sessionmaker
+    from app.domain.accounts.services import bootstrap_default_tenant
+
+    settings = get_settings().model_copy(update={"database_url": database_url})
+    engine = create_engine(settings, application_name="memstore-cli")
+    try:
+        async with create_sessionmaker(engine)() as session, session.begin():
+            return await bootstrap_default_tenant(session, admin_key)
+    finally:
+        await engine.dispose()
+
+
+@cli.command()
+def up(
+    host: Annotated[str, typer.Option(help="Address the API binds to.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port the API binds to.")] = 8000,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Where embedded Postgres and Redis keep data.")
+    ] = None,
+    workers: Annotated[int, typer.Option(min=0, help="Worker processes to start.")] = 1,
+) -> None:
+    """Run everything: embedded Postgres + Redis (unless configured), migrations, the API and workers."""
+    from app.db.migrate import upgrade
+    from app.lib.embedded import EmbeddedStack
+    from app.lib.supervisor import Supervisor, child_env
+
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format, process="supervisor")
+    started = time.monotonic()
+    stack = EmbeddedStack(data_dir or settings.data_dir, settings.database_url, settings.redis_url)
+    database_url, redis_url = stack.start()
+    code = 1
+    try:
+        upgrade(database_url)
+        generated = asyncio.run(_bootstrap(database_url, settings.admin_key))
+        if generated:
+            typer.echo(
+                "\n  Admin API key of tenant 'default' (shown once, store it now):\n\n"
+                f"    {generated}\n\n  Set MEMSTORE_ADMIN_KEY to choose your own.\n",
+                err=True,
+            )
+        env = child_env(MEMSTORE_DATABASE_URL=database_url, MEMSTORE_REDIS_URL=redis_url)
+        supervisor = Supervisor(stop_timeout_s=settings.worker_shutdown_wait_s + 10)
+        python = [sys.executable, "-m", "app"]
+        supervisor.add("api", [*python, "serve", "--host", host, "--port", str(port)], env)
+        for i in range(workers):
+            supervisor.add(f"worker-{i + 1}", [*python, "worker"], env)
+
+        url = f"http://{host}:{port}"
+        announced = False
+
+        def announce_when_ready() -> None:
+            nonlocal announced
+            if announced:
+                return
+            try:
+                ready = httpx.get(f"{url}/ready", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return
+            if ready:
+                announced = True
+                log.info(
+                    "memstore.ready",
+                    url=url,
+                    docs=f"{url}/schema",
+                    seconds=round(time.monotonic() - started, 2),
+                )
+
+        code = supervisor.run(on_tick=announce_when_ready)
+    finally:
+        stack.stop()
+    raise typer.Exit(code)
+
+
+@cli.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (default MEMSTORE_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default MEMSTORE_PORT).")] = None,
+    processes: Annotated[int, typer.Option(min=1, help="API processes behind one socket.")] = 1,
+) -> None:
+    """Run the HTTP API against MEMSTORE_DATABASE_URL and MEMSTORE_REDIS_URL."""
+    import uvicorn
+
+    settings = get_settings()
+    _require_urls(settings)
+    configure_logging(settings.log_level, settings.log_format, process="api")
+    uvicorn.run(
+        "app.server.asgi:create_app",
+        factory=True,
+        host=host or settings.host,
+        port=port or settings.port,
+        workers=processes,
+        log_config=None,
+        access_log=False,
+        proxy_headers=True,
+        timeout_graceful_shutdown=10,
+        server_header=False,
+    )
+
+
+@cli.command()
+def worker() -> None:
+    """Run one arq worker process (concurrency: MEMSTORE_WORKER_MAX_JOBS)."""
+    from arq.worker import run_worker
+
+    settings = get_settings()
+    _require_urls(settings)
+    configure_logging(settings.log_level, settings.log_format, process="worker")
+    from workers.settings import WorkerSettings
+
+    run_worker(WorkerSettings)  # type: ignore[arg-type]
+
+
+@cli.command()
+def migrate(
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Embedded data directory, when no URL is set.")
+    ] = None,
+) -> None:
+    """Upgrade the schema (the embedded database when MEMSTORE_DATABASE_URL is unset)."""
+    from app.db.migrate import upgrade
+    from app.lib.embedded import EmbeddedStack
+
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format, process="cli")
+    stack = EmbeddedStack(data_dir or settings.data_dir, settings.database_url, redis_url="unused")
+    database_url, _ = stack.start()
+    try:
+        upgrade(database_url, revision)
+    finally:
+        stack.stop()
+
+
+@cli.command(name="exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec_(
+    ctx: typer.Context,
+    data_dir: Annotated[Path | None, typer.Option(help="Embedded data directory.")] = None,
+) -> None:
+    """Run a command with MEMSTORE_DATABASE_URL / MEMSTORE_REDIS_URL pointing at the (embedded) stack.
+
+    Example: `memstore exec -- alembic check`.
+    """
+    import subprocess
+
+    from app.lib.embedded import EmbeddedStack
+    from app.lib.supervisor import child_env
+
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format, process="cli")
+    if not ctx.args:
+        typer.echo("usage: memstore exec -- COMMAND [ARGS...]", err=True)
+        raise typer.Exit(2)
+    stack = EmbeddedStack(data_dir or settings.data_dir, settings.database_url, settings.redis_url)
+    database_url, redis_url = stack.start()
+    try:
+        env = child_env(MEMSTORE_DATABASE_URL=database_url, MEMSTORE_REDIS_URL=redis_url)
+        code = subprocess.run(ctx.args, env=env, check=False).returncode
+    finally:
+        stack.stop()
+    raise typer.Exit(code)
+
+
+@tenants_cli.command("create")
+def tenants_create(name: Annotated[str, typer.Argument(help="Unique tenant name.")]) -> None:
+    """Create a tenant and print its first admin key (shown once)."""
+    from app.db.engine import create_engine, create_sessionmaker
+    from app.domain.accounts.services import create_tenant
+    from app.lib.errors import ApiError
+
+    settings = get_settings()
+    if settings.database_url is None:
+        typer.echo("MEMSTORE_DATABASE_URL must be set (or run inside `memstore exec --`).", err=True)
+        raise typer.Exit(2)
+    configure_logging(settings.log_level, settings.log_format, process="cli")
+
+    async def run() -> str:
+        engine = create_engine(settings, application_name="memstore-cli")
+        try:
+            async with create_sessionmaker(engine)() as session, session.begin():
+                tenant, secret = await create_tenant(session, name, actor="cli")
+                typer.echo(f"tenant {tenant.name} ({tenant.id})", err=True)
+                return secret
+        finally:
+            await engine.dispose()
+
+    try:
+        secret = asyncio.run(run())
+    except ApiError as exc:
+        typer.echo(exc.detail, err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(secret)
+
+
+def main() -> None:
+    cli()

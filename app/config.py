@@ -1,0 +1,103 @@
+"""The one settings object, read from ``MEMSTORE_*`` environment variables (and an optional file)."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LogFormat = Literal["auto", "console", "json"]
+
+
+class Settings(BaseSettings):
+    """Every knob of the service; each has a default so an empty environment runs the embedded stack."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMSTORE_",
+        env_file=os.environ.get("MEMSTORE_CONFIG_FILE", ".env"),
+        env_file_encoding="utf-8",
+        extra="ignore",
+    )
+
+    # --- where the state lives -------------------------------------------------------------
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of Postgres with pgvector (postgresql+asyncpg://...); unset = embedded.",
+    )
+    redis_url: str | None = Field(
+        default=None, description="Redis URL (redis://host:port/db or unix:///path); unset = embedded."
+    )
+    data_dir: Path = Field(
+        default=Path(".memstore"), description="Directory of the embedded Postgres and Redis data."
+    )
+    db_pool_size: int = Field(default=10, description="Connections kept open per process.")
+    db_max_overflow: int = Field(default=10, description="Extra connections allowed under burst.")
+    db_connect_timeout_s: float = Field(default=5.0, description="Seconds to wait for a new DB connection.")
+
+    # --- API -------------------------------------------------------------------------------
+    host: str = Field(default="127.0.0.1", description="Address the API binds to.")
+    port: int = Field(default=8000, description="Port the API binds to.")
+    admin_key: str | None = Field(
+        default=None,
+        description="Admin key of the embedded bootstrap tenant; generated and printed once if unset.",
+    )
+    auth_cache_ttl_s: float = Field(
+        default=10.0, description="Seconds a resolved API key is cached per process (revocation delay)."
+    )
+    max_body_bytes: int = Field(default=1_048_576, description="Largest request body accepted (413 above).")
+
+    # --- ingestion limits --------------------------------------------------------------------
+    max_messages_per_chunk: int = Field(default=100, description="Most messages one chunk may carry.")
+    max_message_chars: int = Field(default=20_000, description="Longest message content accepted.")
+    max_batch_chunks: int = Field(default=100, description="Most chunks one batch request may carry.")
+
+    # --- workers ---------------------------------------------------------------------------
+    worker_max_jobs: int = Field(default=32, description="Concurrent jobs per worker process.")
+    worker_job_timeout_s: float = Field(default=300.0, description="A job running longer is cancelled.")
+    worker_shutdown_wait_s: int = Field(
+        default=20, description="Seconds in-flight jobs get to finish after SIGTERM."
+    )
+    sweep_interval_s: int = Field(default=10, description="Seconds between sweeper passes.")
+    sweep_min_age_s: float = Field(
+        default=15.0, description="Queued chunks older than this are re-enqueued by the sweeper."
+    )
+    max_attempts: int = Field(default=5, description="Writer attempts per chunk before it is failed.")
+
+    # --- writer and embeddings -------------------------------------------------------------
+    writer: Literal["offline", "openai"] = Field(default="offline", description="Default writer kind.")
+    writer_profile: str = Field(default="hy-memory", description="Protocol spoken to an LLM writer.")
+    writer_base_url: str = Field(
+        default="http://127.0.0.1:8001/v1", description="OpenAI-compatible endpoint of the writer model."
+    )
+    writer_model: str = Field(default="hy-memory", description="Model name sent to the writer endpoint.")
+    writer_api_key: str | None = Field(default=None, description="Bearer key for the writer endpoint.")
+    embedder: str = Field(default="hashing", description="Embedder name (hashing, openai, local).")
+    embedding_dim: int = Field(
+        default=384, description="Vector dimension of memories; fixed by the initial migration."
+    )
+
+    # --- logging ---------------------------------------------------------------------------
+    log_level: str = Field(default="INFO", description="Minimum log level.")
+    log_format: LogFormat = Field(
+        default="auto", description="console (readable), json (production) or auto (json unless a TTY)."
+    )
+
+    @property
+    def embedded_database(self) -> bool:
+        """True when no external Postgres is configured and the embedded one is used."""
+        return self.database_url is None
+
+    @property
+    def embedded_redis(self) -> bool:
+        """True when no external Redis is configured and the embedded one is used."""
+        return self.redis_url is None
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()

@@ -1,0 +1,30 @@
+"""The one way a process builds its database engine and sessions."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from app.config import Settings
+
+
+def create_engine(settings: Settings, application_name: str) -> AsyncEngine:
+    """An asyncpg engine tagged with `application_name`, so `pg_stat_activity` shows who is connected."""
+    if settings.database_url is None:
+        msg = "MEMSTORE_DATABASE_URL is not set (run `memstore up` for the embedded stack)"
+        raise RuntimeError(msg)
+    return create_async_engine(
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        # Connections that died with a Postgres restart are replaced instead of failing a request.
+        pool_pre_ping=True,
+        connect_args={
+            "server_settings": {"application_name": application_name},
+            "timeout": settings.db_connect_timeout_s,
+        },
+    )
+
+
+def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    """Sessions that keep loaded objects usable after commit (responses are built after it)."""
+    return async_sessionmaker(engine, expire_on_commit=False)

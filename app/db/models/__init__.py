@@ -1,0 +1,24 @@
+"""ORM models, one module per table. Importing this package registers every table on `metadata`."""
+
+from __future__ import annotations
+
+from app.db.models.api_key import ApiKey
+from app.db.models.audit_event import AuditEvent, AuditHead
+from app.db.models.changeset import Changeset
+from app.db.models.chunk import Chunk
+from app.db.models.memory import Memory
+from app.db.models.memory_version import MemoryVersion
+from app.db.models.scope import Scope
+from app.db.models.tenant import Tenant
+
+__all__ = [
+    "ApiKey",
+    "AuditEvent",
+    "AuditHead",
+    "Changeset",
+    "Chunk",
+    "Memory",
+    "MemoryVersion",
+    "Scope",
+    "Tenant",
+]

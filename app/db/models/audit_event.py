@@ -1,0 +1,50 @@
+"""Audit events: append-only and hash-chained per tenant, so a changed row breaks the chain."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, DateTime, ForeignKey, Identity, Index, String
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base
+
+
+class AuditEvent(Base):
+    """Who did what to which target, linked to the tenant's previous event by `prev_hash`."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        Index("uq_audit_events_tenant_seq", "tenant_id", "seq", unique=True),
+        Index("ix_audit_events_tenant_time", "tenant_id", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
+    # Position in the tenant's chain: 1, 2, 3 ... without gaps.
+    seq: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    actor: Mapped[str] = mapped_column(String(200), nullable=False)
+    action: Mapped[str] = mapped_column(String(100), nullable=False)
+    target_type: Mapped[str | None] = mapped_column(String(50))
+    target_id: Mapped[str | None] = mapped_column(String(200))
+    request_id: Mapped[str | None] = mapped_column(String(100))
+    summary: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default="{}")
+    # Set by the application (not the DB clock) because it is part of the hashed payload.
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    prev_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    hash: Mapped[str] = mapped_column(String(64), nullable=False)
+
+
+class AuditHead(Base):
+    """The end of each tenant's chain; its row lock serialises appends within one tenant."""
+
+    __tablename__ = "audit_heads"
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    hash: Mapped[str] = mapped_column(String(64), nullable=False)

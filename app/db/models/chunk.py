@@ -1,0 +1,71 @@
+"""Chunks: the durable inbox. A chunk is acknowledged only once its row is committed."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base, timestamp_column, uuid_pk
+
+CHUNK_STATUSES = ("queued", "processing", "applied", "failed")
+
+
+class Chunk(Base):
+    """Messages posted for one scope, numbered by `seq`, and where the worker got with them."""
+
+    __tablename__ = "chunks"
+    __table_args__ = (
+        # Per-scope order: `seq` is assigned at acceptance and never reused.
+        Index("uq_chunks_scope_seq", "tenant_id", "user_id", "seq", unique=True),
+        Index(
+            "uq_chunks_tenant_idempotency_key",
+            "tenant_id",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
+        # The sweeper and the workers only ever look for unfinished chunks; keep that index small.
+        # A worker takes the oldest unfinished chunk of its scope; applied chunks stay out of this index.
+        Index(
+            "ix_chunks_scope_pending",
+            "tenant_id",
+            "user_id",
+            "seq",
+            postgresql_where=text("status IN ('queued', 'processing')"),
+        ),
+        Index(
+            "ix_chunks_pending",
+            "received_at",
+            postgresql_where=text("status IN ('queued', 'processing')"),
+        ),
+        CheckConstraint(f"status IN {CHUNK_STATUSES!r}", name="status"),
+    )
+
+    id: Mapped[uuid.UUID] = uuid_pk()
+    tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
+    user_id: Mapped[str] = mapped_column(String(200), nullable=False)
+    agent_id: Mapped[str | None] = mapped_column(String(200))
+    run_id: Mapped[str | None] = mapped_column(String(200))
+    seq: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    messages: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, nullable=False)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, nullable=False, server_default="{}")
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    # Hash of the request body, to tell a replay (same body) from a conflict (different body).
+    body_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    writer: Mapped[str | None] = mapped_column(String(100))
+    status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="queued")
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    last_error: Mapped[str | None] = mapped_column(Text)
+    # The writer's raw output of the last failed attempt, kept for inspection.
+    raw_output: Mapped[str | None] = mapped_column(Text)
+    changeset_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # A worker holds a chunk in `processing` only until this time; afterwards it is queued work again.
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    received_at: Mapped[datetime] = timestamp_column()
+    applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = timestamp_column()

@@ -1,0 +1,46 @@
+"""Memories: the head (current state) of each memory. Its past lives in `memory_versions`."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.config import get_settings
+from app.db.base import Base, timestamp_column, uuid_pk
+
+MEMORY_STATUSES = ("active", "superseded", "deleted")
+MEMORY_OWNERS = ("user", "agent")
+
+
+class Memory(Base):
+    """One remembered fact of a scope, as it stands now."""
+
+    __tablename__ = "memories"
+    __table_args__ = (
+        # Scoped reads and exact search walk this B-tree: a user's active memories, nothing else.
+        Index("ix_memories_scope", "tenant_id", "user_id", "status"),
+        CheckConstraint(f"status IN {MEMORY_STATUSES!r}", name="status"),
+        CheckConstraint(f"owner IN {MEMORY_OWNERS!r}", name="owner"),
+    )
+
+    id: Mapped[uuid.UUID] = uuid_pk()
+    tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
+    user_id: Mapped[str] = mapped_column(String(200), nullable=False)
+    agent_id: Mapped[str | None] = mapped_column(String(200))
+    run_id: Mapped[str | None] = mapped_column(String(200))
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    tags: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default=text("'{}'"))
+    owner: Mapped[str] = mapped_column(String(16), nullable=False, server_default="user")
+    memory_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="active")
+    version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    embedding: Mapped[list[float] | None] = mapped_column(Vector(get_settings().embedding_dim))
+    # The changeset that wrote the current version (the revert conflict check reads it).
+    changeset_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    created_at: Mapped[datetime] = timestamp_column()
+    updated_at: Mapped[datetime] = timestamp_column()

@@ -1,0 +1,1 @@
+"""Bounded contexts, each with controllers (HTTP), services (rules), repositories (SQL) and schemas."""

@@ -1,0 +1,99 @@
+"""Bearer-key authentication and role guards.
+
+Every request under /v1 resolves its key to a `Principal` (tenant + roles). Resolved keys are cached
+per process for `auth_cache_ttl_s`, so the hot ingestion path does not pay a query per request;
+a revoked key therefore stops working within that many seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from litestar.connection import ASGIConnection
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
+from litestar.handlers.base import BaseRouteHandler
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+from litestar.types import Guard
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.domain.accounts.repositories import ApiKeyRepository
+from app.domain.accounts.services import Principal
+from app.lib.security import has_role, hash_api_key
+
+# Routes reachable without a key (health checks, metrics scrapers, the OpenAPI document).
+PUBLIC_PATHS = ["^/health$", "^/ready$", "^/metrics$", "^/schema"]
+
+
+class KeyResolver:
+    """Key hash -> Principal, with a short per-process cache."""
+
+    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], ttl_s: float) -> None:
+        self.sessionmaker = sessionmaker
+        self.ttl_s = ttl_s
+        self._cache: dict[str, tuple[float, Principal]] = {}
+
+    async def resolve(self, secret: str) -> Principal | None:
+        key_hash = hash_api_key(secret)
+        now = time.monotonic()
+        cached = self._cache.get(key_hash)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        async with self.sessionmaker() as session:
+            key = await ApiKeyRepository(session).get_active_by_hash(key_hash)
+        if key is None:
+            self._cache.pop(key_hash, None)
+            return None
+        principal = Principal(
+            key_id=key.id, tenant_id=key.tenant_id, name=key.name, roles=frozenset(key.roles)
+        )
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[key_hash] = (now + self.ttl_s, principal)
+        return principal
+
+    def forget(self, key_id: Any) -> None:
+        """Drop a revoked key from this process's cache at once."""
+        for key_hash, (_, principal) in list(self._cache.items()):
+            if principal.key_id == key_id:
+                del self._cache[key_hash]
+
+
+class ApiKeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
+    """`Authorization: Bearer <key>` -> `request.user` is the key's Principal; else 401."""
+
+    async def authenticate_request(
+        self, connection: ASGIConnection[Any, Any, Any, Any]
+    ) -> AuthenticationResult:
+        header = connection.headers.get("authorization", "")
+        scheme, _, secret = header.partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            raise NotAuthorizedException("A valid API key is required (Authorization: Bearer <key>).")
+        resolver: KeyResolver = connection.app.state.key_resolver
+        principal = await resolver.resolve(secret.strip())
+        if principal is None:
+            raise NotAuthorizedException("Unknown or revoked API key.")
+        return AuthenticationResult(user=principal, auth=principal)
+
+
+def requires_role(role: str) -> Guard:
+    """A guard that lets through keys holding `role` (or `admin`)."""
+
+    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        principal: Principal = connection.user
+        if not has_role(principal.roles, role):
+            raise PermissionDeniedException(f"This API key lacks the '{role}' role.")
+
+    guard.__name__ = f"requires_{role}"
+    return guard
+
+
+def requires_any_role(*roles: str) -> Guard:
+    """A guard that lets through keys holding any of `roles` (or `admin`)."""
+
+    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        principal: Principal = connection.user
+        if not any(has_role(principal.roles, r) for r in roles):
+            raise PermissionDeniedException(f"This API key needs one of the roles: {', '.join(roles)}.")
+
+    return guard

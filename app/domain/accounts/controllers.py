@@ -1,0 +1,83 @@
+"""`/v1/admin/keys`: create (the secret shown once), list, revoke."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from litestar import Controller, Request, delete, get, post
+from litestar.di import NamedDependency
+from litestar.params import FromPath, JSONBody
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.domain.accounts import services
+from app.domain.accounts.auth import KeyResolver, requires_role
+from app.domain.accounts.schemas import CreatedKey, CreateKeyRequest, KeyInfo, KeyList
+from app.domain.accounts.services import Principal
+
+
+class ApiKeyController(Controller):
+    path = "/v1/admin/keys"
+    tags = ["admin"]
+    guards = [requires_role("admin")]
+
+    @post("/", status_code=HTTP_201_CREATED, summary="Create an API key (the secret is returned once)")
+    async def create_key(
+        self,
+        data: JSONBody[CreateKeyRequest],
+        db_session: NamedDependency[AsyncSession],
+        request: Request[Principal, Any, Any],
+    ) -> CreatedKey:
+        key, secret = await services.create_api_key(
+            db_session,
+            tenant_id=request.user.tenant_id,
+            name=data.name,
+            roles=data.roles,
+            actor=request.user.actor,
+            request_id=request.state.get("request_id"),
+        )
+        return CreatedKey(
+            id=key.id,
+            key=secret,
+            name=key.name,
+            roles=key.roles,
+            prefix=key.prefix,
+            created_at=key.created_at,
+        )
+
+    @get("/", summary="List the tenant's API keys (never their secrets)")
+    async def list_keys(
+        self, db_session: NamedDependency[AsyncSession], request: Request[Principal, Any, Any]
+    ) -> KeyList:
+        keys = await services.list_api_keys(db_session, request.user.tenant_id)
+        return KeyList(
+            items=[
+                KeyInfo(
+                    id=k.id,
+                    name=k.name,
+                    roles=k.roles,
+                    prefix=k.prefix,
+                    created_at=k.created_at,
+                    revoked_at=k.revoked_at,
+                )
+                for k in keys
+            ]
+        )
+
+    @delete("/{key_id:uuid}", status_code=HTTP_204_NO_CONTENT, summary="Revoke an API key")
+    async def revoke_key(
+        self,
+        key_id: FromPath[uuid.UUID],
+        db_session: NamedDependency[AsyncSession],
+        request: Request[Principal, Any, Any],
+    ) -> None:
+        await services.revoke_api_key(
+            db_session,
+            tenant_id=request.user.tenant_id,
+            key_id=key_id,
+            actor=request.user.actor,
+            request_id=request.state.get("request_id"),
+        )
+        resolver: KeyResolver = request.app.state.key_resolver
+        resolver.forget(key_id)

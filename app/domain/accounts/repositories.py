@@ -1,0 +1,64 @@
+"""SQL of tenants and API keys."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import ApiKey, Tenant
+
+
+class TenantRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def get_by_name(self, name: str) -> Tenant | None:
+        return await self.session.scalar(select(Tenant).where(Tenant.name == name))
+
+    async def count(self) -> int:
+        return await self.session.scalar(select(func.count()).select_from(Tenant)) or 0
+
+    async def add(self, tenant: Tenant) -> Tenant:
+        self.session.add(tenant)
+        await self.session.flush()
+        return tenant
+
+
+class ApiKeyRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def get_active_by_hash(self, key_hash: str) -> ApiKey | None:
+        return await self.session.scalar(
+            select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
+        )
+
+    async def get_by_hash(self, key_hash: str) -> ApiKey | None:
+        return await self.session.scalar(select(ApiKey).where(ApiKey.key_hash == key_hash))
+
+    async def get(self, tenant_id: uuid.UUID, key_id: uuid.UUID) -> ApiKey | None:
+        return await self.session.scalar(
+            select(ApiKey).where(ApiKey.tenant_id == tenant_id, ApiKey.id == key_id)
+        )
+
+    async def list(self, tenant_id: uuid.UUID) -> Sequence[ApiKey]:
+        result = await self.session.scalars(
+            select(ApiKey).where(ApiKey.tenant_id == tenant_id).order_by(ApiKey.created_at, ApiKey.id)
+        )
+        return result.all()
+
+    async def add(self, key: ApiKey) -> ApiKey:
+        self.session.add(key)
+        await self.session.flush()
+        return key
+
+    async def revoke(self, tenant_id: uuid.UUID, key_id: uuid.UUID) -> bool:
+        result = await self.session.execute(
+            update(ApiKey)
+            .where(ApiKey.tenant_id == tenant_id, ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+            .values(revoked_at=func.now())
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]

@@ -1,0 +1,157 @@
+"""Rules of tenants and keys. Services never commit: the request or command boundary does."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import ApiKey, Tenant
+from app.domain.accounts.repositories import ApiKeyRepository, TenantRepository
+from app.domain.audit.services import record_event
+from app.lib.errors import ApiError, ConflictError, NotFoundError
+from app.lib.security import ROLES, display_prefix, generate_api_key, hash_api_key
+
+SYSTEM_ACTOR = "system"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a key of one tenant with its roles."""
+
+    key_id: uuid.UUID
+    tenant_id: uuid.UUID
+    name: str
+    roles: frozenset[str]
+
+    @property
+    def actor(self) -> str:
+        """How this caller appears in provenance and the audit log."""
+        return f"key:{self.key_id}"
+
+
+def _check_roles(roles: Iterable[str]) -> list[str]:
+    unknown = sorted(set(roles) - set(ROLES))
+    if unknown:
+        raise ApiError(
+            f"Unknown roles: {', '.join(unknown)}.",
+            code="validation_error",
+            status_code=422,
+            details={"roles": unknown, "allowed": list(ROLES)},
+        )
+    ordered = [r for r in ROLES if r in set(roles)]
+    if not ordered:
+        raise ApiError("A key needs at least one role.", code="validation_error", status_code=422)
+    return ordered
+
+
+async def create_api_key(
+    session: AsyncSession,
+    *,
+    tenant_id: uuid.UUID,
+    name: str,
+    roles: Iterable[str],
+    actor: str,
+    request_id: str | None = None,
+    secret: str | None = None,
+) -> tuple[ApiKey, str]:
+    """Store a new key (hashed) and return it with its secret, which is never retrievable again."""
+    secret = secret or generate_api_key()
+    key_hash = hash_api_key(secret)
+    repo = ApiKeyRepository(session)
+    if await repo.get_by_hash(key_hash) is not None:
+        raise ConflictError("That key is already registered.", code="key_exists")
+    key = await repo.add(
+        ApiKey(
+            tenant_id=tenant_id,
+            name=name,
+            prefix=display_prefix(secret),
+            key_hash=key_hash,
+            roles=_check_roles(roles),
+        )
+    )
+    await record_event(
+        session,
+        tenant_id=tenant_id,
+        actor=actor,
+        action="api_key.created",
+        target_type="api_key",
+        target_id=str(key.id),
+        request_id=request_id,
+        summary={"name": name, "roles": key.roles},
+    )
+    return key, secret
+
+
+async def list_api_keys(session: AsyncSession, tenant_id: uuid.UUID) -> Sequence[ApiKey]:
+    return await ApiKeyRepository(session).list(tenant_id)
+
+
+async def revoke_api_key(
+    session: AsyncSession, *, tenant_id: uuid.UUID, key_id: uuid.UUID, actor: str, request_id: str | None
+) -> None:
+    """Revoke a key of this tenant; another tenant's key is reported as not found."""
+    repo = ApiKeyRepository(session)
+    if await repo.get(tenant_id, key_id) is None:
+        raise NotFoundError("No such API key.")
+    await repo.revoke(tenant_id, key_id)
+    await record_event(
+        session,
+        tenant_id=tenant_id,
+        actor=actor,
+        action="api_key.revoked",
+        target_type="api_key",
+        target_id=str(key_id),
+        request_id=request_id,
+    )
+
+
+async def create_tenant(
+    session: AsyncSession, name: str, *, admin_key: str | None = None, actor: str = SYSTEM_ACTOR
+) -> tuple[Tenant, str]:
+    """A new tenant and its first admin key (the given secret, or a generated one)."""
+    tenants = TenantRepository(session)
+    if await tenants.get_by_name(name) is not None:
+        raise ConflictError(f"A tenant named {name!r} already exists.", code="tenant_exists")
+    tenant = await tenants.add(Tenant(name=name))
+    await record_event(
+        session,
+        tenant_id=tenant.id,
+        actor=actor,
+        action="tenant.created",
+        target_type="tenant",
+        target_id=str(tenant.id),
+        summary={"name": name},
+    )
+    _, secret = await create_api_key(
+        session, tenant_id=tenant.id, name="admin", roles=["admin"], actor=actor, secret=admin_key
+    )
+    return tenant, secret
+
+
+async def bootstrap_default_tenant(
+    session: AsyncSession, admin_key: str | None, name: str = "default"
+) -> str | None:
+    """Embedded mode: make sure a tenant exists and `admin_key` (if given) works.
+
+    Returns a secret to print when one was generated, else None.
+    """
+    tenants = TenantRepository(session)
+    tenant = await tenants.get_by_name(name)
+    if tenant is None:
+        if admin_key is None and await tenants.count() > 0:
+            return None  # the operator set up tenants by hand; nothing to bootstrap
+        _, secret = await create_tenant(session, name, admin_key=admin_key)
+        return None if admin_key else secret
+    if admin_key is not None and await ApiKeyRepository(session).get_by_hash(hash_api_key(admin_key)) is None:
+        await create_api_key(
+            session,
+            tenant_id=tenant.id,
+            name="admin (MEMSTORE_ADMIN_KEY)",
+            roles=["admin"],
+            actor=SYSTEM_ACTOR,
+            secret=admin_key,
+        )
+    return None

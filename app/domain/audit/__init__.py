@@ -1,0 +1,1 @@
+"""The append-only, per-tenant hash-chained audit log."""

@@ -1,0 +1,38 @@
+"""`/health` (the process answers) and `/ready` (its dependencies answer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Response, get
+from litestar.datastructures import State
+
+from app.domain.system.services import check_readiness
+from app.lib.errors import RETRY_AFTER_S, error_response
+
+
+class SystemController(Controller):
+    tags = ["operations"]
+    include_in_schema = True
+
+    @get("/health", summary="Liveness: the process is up", cache_control=None)
+    async def health(self) -> dict[str, str]:
+        return {"status": "ok"}
+
+    @get("/ready", summary="Readiness: Postgres, Redis and the schema are fine (503 otherwise)")
+    async def ready(self, state: State) -> Response[dict[str, Any]]:
+        readiness = await check_readiness(state.engine, state.job_queue)
+        checks = {
+            "postgres": readiness.postgres,
+            "migrations": readiness.migrations,
+            "redis": readiness.redis,
+        }
+        if readiness.ok:
+            return Response({"status": "ready", "checks": checks})
+        return error_response(
+            503,
+            "unavailable",
+            "Not ready: a dependency is unreachable or the schema is not migrated.",
+            details=checks,
+            headers={"Retry-After": RETRY_AFTER_S},
+        )

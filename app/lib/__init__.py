@@ -1,0 +1,1 @@
+"""Shared plumbing (logging, errors, security, the embedded stack). Imports nothing from `app.domain`."""

@@ -1,0 +1,111 @@
+"""Runs the service's processes as children and stops them in order on SIGINT / SIGTERM.
+
+API and workers get SIGTERM first (the API drains requests, workers let in-flight jobs finish);
+the embedded Postgres and Redis are stopped by the caller afterwards. Children live in their own
+sessions so a terminal Ctrl-C reaches only the supervisor, which then decides the order.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel SIGTERM this child if the supervisor itself is killed."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+@dataclass
+class Child:
+    name: str
+    args: list[str]
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            self.args,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+        )
+        log.info("supervisor.child_started", child=self.name, pid=self.proc.pid)
+
+
+@dataclass
+class Supervisor:
+    """Start children, watch them, and stop them all when told to or when one dies."""
+
+    children: list[Child] = field(default_factory=list)
+    stop_timeout_s: float = 30.0
+    _stopping: bool = False
+
+    def add(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        self.children.append(Child(name, args, env))
+
+    def _on_signal(self, signum: int, _: object) -> None:
+        if not self._stopping:
+            log.info("supervisor.stopping", signal=signal.Signals(signum).name)
+        self._stopping = True
+
+    def run(self, on_tick: Callable[[], None] | None = None) -> int:
+        """Block until a signal or a child's death; return the exit code for the supervisor."""
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        code = 0
+        try:
+            for child in self.children:
+                child.start()
+            while not self._stopping:
+                for child in self.children:
+                    assert child.proc is not None
+                    if child.proc.poll() is not None:
+                        log.error("supervisor.child_exited", child=child.name, code=child.proc.returncode)
+                        self._stopping, code = True, 1
+                if on_tick is not None and not self._stopping:
+                    on_tick()
+                time.sleep(0.2)
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return code
+
+    def stop(self) -> None:
+        running = [c for c in self.children if c.proc is not None and c.proc.poll() is None]
+        for child in running:
+            assert child.proc is not None
+            child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout_s
+        for child in running:
+            assert child.proc is not None
+            try:
+                child.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("supervisor.child_killed", child=child.name, pid=child.proc.pid)
+                child.proc.kill()
+                child.proc.wait(5)
+        log.info("supervisor.stopped", children=len(running))
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(overrides)
+    return env

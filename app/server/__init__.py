@@ -1,0 +1,1 @@
+"""Assembly of the HTTP application: `create_app()` and the plumbing it registers."""

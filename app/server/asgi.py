@@ -1,0 +1,78 @@
+"""`create_app()`: the one place the HTTP application is assembled."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+
+from litestar import Litestar
+from litestar.di import Provide
+from litestar.middleware import DefineMiddleware
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
+
+import app
+from app.config import Settings, get_settings
+from app.db.engine import create_engine, create_sessionmaker
+from app.domain.accounts.auth import PUBLIC_PATHS, ApiKeyAuthenticationMiddleware, KeyResolver
+from app.domain.accounts.controllers import ApiKeyController
+from app.domain.system.controllers import SystemController
+from app.lib.errors import EXCEPTION_HANDLERS
+from app.lib.logging import configure_logging
+from app.lib.queue import JobQueue, create_redis
+from app.server.dependencies import provide_db_session, provide_job_buffer
+from app.server.middleware import request_context_middleware, stamp_response
+
+ROUTE_HANDLERS = [SystemController, ApiKeyController]
+
+
+def create_app(settings: Settings | None = None, *, configure_logs: bool = True) -> Litestar:
+    """Build the API for `settings` (default: from the environment)."""
+    settings = settings or get_settings()
+    if configure_logs:
+        configure_logging(settings.log_level, settings.log_format, process="api")
+
+    @asynccontextmanager
+    async def lifespan(application: Litestar) -> AsyncGenerator[None, None]:
+        engine = create_engine(settings, application_name="memstore-api")
+        sessionmaker = create_sessionmaker(engine)
+        if settings.redis_url is None:
+            msg = "MEMSTORE_REDIS_URL is not set (run `memstore up` for the embedded stack)"
+            raise RuntimeError(msg)
+        queue = JobQueue(create_redis(settings.redis_url))
+        application.state.update(
+            settings=settings,
+            engine=engine,
+            sessionmaker=sessionmaker,
+            job_queue=queue,
+            key_resolver=KeyResolver(sessionmaker, settings.auth_cache_ttl_s),
+        )
+        try:
+            yield
+        finally:
+            await queue.close()
+            await engine.dispose()
+
+    return Litestar(
+        route_handlers=ROUTE_HANDLERS,
+        lifespan=[lifespan],
+        dependencies={
+            "db_session": Provide(provide_db_session),
+            "job_buffer": Provide(provide_job_buffer),
+        },
+        middleware=[
+            request_context_middleware,
+            DefineMiddleware(ApiKeyAuthenticationMiddleware, exclude=PUBLIC_PATHS),
+        ],
+        exception_handlers=EXCEPTION_HANDLERS,
+        before_send=[stamp_response],
+        request_max_body_size=settings.max_body_bytes,
+        openapi_config=OpenAPIConfig(
+            title="Memstore",
+            version=app.__version__,
+            description="Asynchronous, versioned memory store for AI agents.",
+            path="/schema",
+            render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
+        ),
+        logging_config=None,
+    )

@@ -1,0 +1,1 @@
+"""Alembic migrations; `app.db.migrate` runs them programmatically."""

@@ -1,0 +1,72 @@
+"""Async Alembic environment.
+
+The URL comes, in order, from a connection handed in by the caller (tests, `memstore migrate`),
+the `sqlalchemy.url` option, or `MEMSTORE_DATABASE_URL`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from alembic import context
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+
+import app.db.models  # noqa: F401  (registers every table)
+from app.config import get_settings
+from app.db.base import metadata
+
+config = context.config
+target_metadata = metadata
+
+
+def _url() -> str:
+    url = config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    if not url:
+        msg = "set MEMSTORE_DATABASE_URL (or run `memstore migrate`, which starts the embedded stack)"
+        raise RuntimeError(msg)
+    return url
+
+
+def _configure(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        compare_type=True,
+        compare_server_default=False,
+    )
+
+
+def _run_sync(connection: Connection) -> None:
+    _configure(connection)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_async() -> None:
+    engine = create_async_engine(_url())
+    async with engine.connect() as connection:
+        await connection.run_sync(_run_sync)
+    await engine.dispose()
+
+
+def run_migrations_offline() -> None:
+    """Emit SQL to stdout (`alembic upgrade head --sql`)."""
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    """Run against a live database, reusing a connection the caller provides if there is one."""
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run_sync(connection)
+    else:
+        asyncio.run(_run_async())
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

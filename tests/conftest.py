@@ -1,0 +1,174 @@
+"""Test infrastructure: real Postgres + pgvector and real Redis, started once per session.
+
+With MEMSTORE_DATABASE_URL / MEMSTORE_REDIS_URL set, those servers are used; otherwise the embedded
+stack (the same code `memstore up` runs) is started in a temporary directory. The schema is built once
+with the Alembic migrations into a template database; every test gets a fresh copy of it, so tests
+are isolated without sharing rows or cleaning up.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest
+import redis.asyncio as aioredis
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.engine import create_engine, create_sessionmaker
+from app.db.migrate import upgrade
+from app.domain.accounts.services import create_tenant
+from app.lib.embedded import EmbeddedStack
+from app.server.asgi import create_app
+
+TEMPLATE_DB = "memstore_test_template"
+_db_counter = itertools.count()
+
+
+@dataclass
+class Servers:
+    """Where the test Postgres and Redis are, and the embedded stack if we started one."""
+
+    database_url: str  # any database on the server; tests derive their own databases from it
+    redis_url: str
+    stack: EmbeddedStack | None
+
+    def url_for(self, database: str) -> str:
+        return make_url(self.database_url).set(database=database).render_as_string(hide_password=False)
+
+
+async def _admin_connect(servers: Servers) -> asyncpg.Connection:
+    url = make_url(servers.url_for("postgres"))
+    return await asyncpg.connect(
+        user=url.username,
+        password=url.password,
+        host=url.query.get("host") or url.host,
+        port=url.port,
+        database="postgres",
+    )
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    database_url = os.environ.get("MEMSTORE_DATABASE_URL")
+    redis_url = os.environ.get("MEMSTORE_REDIS_URL")
+    stack = None
+    if database_url is None or redis_url is None:
+        stack = EmbeddedStack(Path(tmp_path_factory.mktemp("stack")), database_url, redis_url)
+        database_url, redis_url = stack.start()
+    try:
+        yield Servers(database_url, redis_url, stack)
+    finally:
+        if stack is not None:
+            stack.stop()
+
+
+@pytest.fixture(scope="session")
+async def template_database(servers: Servers) -> str:
+    """A database migrated to head with Alembic, copied for each test."""
+    conn = await _admin_connect(servers)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{TEMPLATE_DB}"')
+    finally:
+        await conn.close()
+    import asyncio
+
+    await asyncio.to_thread(upgrade, servers.url_for(TEMPLATE_DB))
+    return TEMPLATE_DB
+
+
+@pytest.fixture
+async def database_url(servers: Servers, template_database: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test alone."""
+    name = f"memstore_test_{os.getpid()}_{next(_db_counter)}"
+    conn = await _admin_connect(servers)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    finally:
+        await conn.close()
+    yield servers.url_for(name)
+    conn = await _admin_connect(servers)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def redis_url(servers: Servers) -> str:
+    """The test Redis, emptied before each test."""
+    client = aioredis.from_url(servers.redis_url)
+    await client.flushall()
+    await client.aclose()
+    return servers.redis_url
+
+
+@pytest.fixture
+def settings(database_url: str, redis_url: str) -> Settings:
+    return Settings(
+        database_url=database_url, redis_url=redis_url, auth_cache_ttl_s=0.0, log_format="console"
+    )
+
+
+@pytest.fixture
+async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(settings, application_name="memstore-tests")
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return create_sessionmaker(engine)
+
+
+@pytest.fixture
+def app(settings: Settings) -> Litestar:
+    return create_app(settings, configure_logs=False)
+
+
+@pytest.fixture
+async def client(app: Litestar) -> AsyncIterator[AsyncTestClient[Litestar]]:
+    async with AsyncTestClient(app=app) as client:
+        yield client
+
+
+@dataclass
+class TenantKeys:
+    tenant_id: uuid.UUID
+    admin_key: str
+
+    @property
+    def admin(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_key}"}
+
+
+async def make_tenant(sessionmaker: async_sessionmaker[AsyncSession], name: str | None = None) -> TenantKeys:
+    async with sessionmaker() as session, session.begin():
+        tenant, secret = await create_tenant(session, name or f"t-{uuid.uuid4().hex[:8]}")
+    return TenantKeys(tenant.id, secret)
+
+
+@pytest.fixture
+async def tenant(sessionmaker: async_sessionmaker[AsyncSession]) -> TenantKeys:
+    """A tenant with an admin key."""
+    return await make_tenant(sessionmaker, "acme")
+
+
+@pytest.fixture
+async def other_tenant(sessionmaker: async_sessionmaker[AsyncSession]) -> TenantKeys:
+    return await make_tenant(sessionmaker, "globex")
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
