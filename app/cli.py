@@ -147,13 +147,23 @@ def serve(
 def worker() -> None:
     """Run one arq worker process (concurrency: MEMSTORE_WORKER_MAX_JOBS)."""
     from arq.worker import run_worker
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
 
     settings = get_settings()
     _require_urls(settings)
     configure_logging(settings.log_level, settings.log_format, process="worker")
     from workers.settings import WorkerSettings
 
-    run_worker(WorkerSettings)  # type: ignore[arg-type]
+    # Losing Redis stops arq's poll loop; start it again once Redis answers. Nothing is lost meanwhile:
+    # chunks wait in Postgres and the sweeper re-enqueues them.
+    while True:
+        try:
+            run_worker(WorkerSettings)
+            return
+        except (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError) as exc:
+            log.warning("worker.redis_lost", error=type(exc).__name__)
+            time.sleep(1.0)
 
 
 @cli.command()

@@ -66,6 +66,19 @@ class Settings(BaseSettings):
         default=15.0, description="Queued chunks older than this are re-enqueued by the sweeper."
     )
     max_attempts: int = Field(default=5, description="Writer attempts per chunk before it is failed.")
+    retry_backoff_s: float = Field(
+        default=2.0, description="Delay before a chunk's second attempt; doubles each attempt (with jitter)."
+    )
+    retry_backoff_max_s: float = Field(default=60.0, description="Longest delay between two attempts.")
+    context_messages: int = Field(
+        default=10, description="Earlier messages of the scope shown to the writer for coreference."
+    )
+    candidate_limit: int = Field(default=10, description="Existing memories shown to the writer per query.")
+    writer_timeout_s: float = Field(default=60.0, description="Longest a writer may take for one chunk.")
+    writer_plugins: dict[str, str] = Field(
+        default_factory=dict,
+        description='Extra writers by import path, as JSON: {"name": "package.module:WriterClass"}.',
+    )
 
     # --- writer and embeddings -------------------------------------------------------------
     writer: Literal["offline", "openai"] = Field(default="offline", description="Default writer kind.")

@@ -46,10 +46,22 @@ def one_run(data_dir: Path, workers: int) -> dict[str, float]:
     env["MEMSTORE_LOG_LEVEL"] = "WARNING"
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "up", "--data-dir", str(data_dir), "--port", str(port),
-         "--workers", str(workers)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "up",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     ready_s = float("nan")
     while time.perf_counter() - started < 60:
         try:
@@ -72,8 +84,13 @@ def one_run(data_dir: Path, workers: int) -> dict[str, float]:
     code = proc.wait(90)
     stop_s = time.perf_counter() - stop_started
     _, alive = psutil.wait_procs(family[1:], timeout=5)
-    return {"ready_s": ready_s, "stop_s": stop_s, "exit_code": code, "left_behind": len(alive),
-            **{f"rss_mb:{k}": v for k, v in rss.items()}}  # fmt: skip
+    return {
+        "ready_s": ready_s,
+        "stop_s": stop_s,
+        "exit_code": code,
+        "left_behind": len(alive),
+        **{f"rss_mb:{k}": v for k, v in rss.items()},
+    }
 
 
 def main() -> None:
@@ -90,9 +107,11 @@ def main() -> None:
     if warm:
         print(f"   warm median {statistics.median(r['ready_s'] for r in warm):.2f} s", end="")
     print()
-    print(f"  stop on SIGINT   median {statistics.median(r['stop_s'] for r in results):.2f} s, "
-          f"exit codes {[int(r['exit_code']) for r in results]}, "
-          f"processes left behind {[int(r['left_behind']) for r in results]}")  # fmt: skip
+    print(
+        f"  stop on SIGINT   median {statistics.median(r['stop_s'] for r in results):.2f} s, "
+        f"exit codes {[int(r['exit_code']) for r in results]}, "
+        f"processes left behind {[int(r['left_behind']) for r in results]}"
+    )
     last = results[-1]
     print("  RSS after ready (last run):")
     total = 0.0

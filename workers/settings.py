@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, ClassVar
+from typing import Any
 
 import structlog
-from arq import cron
-from arq.connections import RedisSettings
+from arq import cron, func
 
-from app.config import get_settings
-from app.db.engine import create_engine, create_sessionmaker
+from app.config import Settings, get_settings
+from app.db.engine import create_engine
+from app.domain.ingest.services import PROCESS_SCOPE_JOB
+from app.domain.pipeline.services import PipelineDeps
+from app.embeddings import get_embedder
 from app.lib.logging import configure_logging
 from app.lib.queue import QUEUE_NAME, redis_settings
+from app.writers.registry import WriterRegistry
+from workers.jobs import process_scope_job, sweep_job
 
 log = structlog.get_logger("workers")
 
@@ -27,12 +31,20 @@ def worker_name() -> str:
 
 async def startup(ctx: dict[str, Any]) -> None:
     """Open the shared clients one worker process uses for all its jobs."""
-    settings = get_settings()
+    settings: Settings = ctx.get("settings") or get_settings()
     configure_logging(settings.log_level, settings.log_format, process="worker")
     ctx["settings"] = settings
+    # A worker holds one connection per scope it drains (the advisory lock lives on it) plus a few.
+    settings = settings.model_copy(update={"db_pool_size": settings.worker_max_jobs + 4})
     ctx["engine"] = create_engine(settings, application_name="memstore-worker")
-    ctx["sessionmaker"] = create_sessionmaker(ctx["engine"])
     ctx["worker_name"] = worker_name()
+    ctx["pipeline"] = PipelineDeps(
+        engine=ctx["engine"],
+        settings=settings,
+        writers=WriterRegistry(settings),
+        embedder=get_embedder(settings.embedder, settings.embedding_dim),
+        worker_name=ctx["worker_name"],
+    )
     await heartbeat(ctx)
     log.info("worker.started", worker=ctx["worker_name"], max_jobs=settings.worker_max_jobs)
 
@@ -56,23 +68,39 @@ async def heartbeat(ctx: dict[str, Any]) -> None:
     await ctx["redis"].set(HEARTBEAT_KEY.format(name=ctx["worker_name"]), "1", ex=HEARTBEAT_TTL_S)
 
 
-class WorkerSettings:
-    """Read by `arq` (via `memstore worker`); values come from the Memstore settings."""
+def worker_options(settings: Settings) -> dict[str, Any]:
+    """arq `Worker` keyword arguments for `settings` (used by `WorkerSettings` and by tests)."""
+    sweep_every = max(1, min(60, settings.sweep_interval_s))
+    return {
+        "queue_name": QUEUE_NAME,
+        "functions": [
+            # Retries come from Postgres state (attempts, backoff); Retry only covers database outages.
+            func(process_scope_job, name=PROCESS_SCOPE_JOB, max_tries=1000, keep_result=0),
+        ],
+        "cron_jobs": [
+            cron(heartbeat, second=set(range(0, 60, 10)), run_at_startup=False, unique=False, timeout=5),
+            cron(
+                sweep_job,
+                second=set(range(0, 60, sweep_every)),
+                run_at_startup=True,
+                unique=True,
+                timeout=60,
+                keep_result=0,
+            ),
+        ],
+        "on_startup": startup,
+        "on_shutdown": shutdown,
+        "on_job_start": on_job_start,
+        "on_job_end": on_job_end,
+        "max_jobs": settings.worker_max_jobs,
+        "job_timeout": settings.worker_job_timeout_s,
+        "job_completion_wait": settings.worker_shutdown_wait_s,
+        "keep_result": 60,
+        "max_tries": 1000,
+        "redis_settings": redis_settings(settings.redis_url, retries=60) if settings.redis_url else None,
+        "ctx": {"settings": settings},
+    }
 
-    _settings = get_settings()
-    queue_name = QUEUE_NAME
-    functions: ClassVar[list[Any]] = []
-    cron_jobs: ClassVar[list[Any]] = [
-        cron(heartbeat, second=set(range(0, 60, 10)), run_at_startup=False, unique=False, timeout=5)
-    ]
-    on_startup = startup
-    on_shutdown = shutdown
-    on_job_start = on_job_start
-    on_job_end = on_job_end
-    max_jobs = _settings.worker_max_jobs
-    job_timeout = _settings.worker_job_timeout_s
-    job_completion_wait = _settings.worker_shutdown_wait_s
-    keep_result = 60
-    redis_settings: RedisSettings | None = (
-        redis_settings(_settings.redis_url, retries=60) if _settings.redis_url else None
-    )
+
+# Read by arq (via `memstore worker`, or `arq workers.settings.WorkerSettings`).
+WorkerSettings: dict[str, Any] = worker_options(get_settings())

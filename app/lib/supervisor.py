@@ -38,6 +38,7 @@ class Child:
     args: list[str]
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
+    restarts: list[float] = field(default_factory=list)
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
@@ -52,10 +53,15 @@ class Child:
 
 @dataclass
 class Supervisor:
-    """Start children, watch them, and stop them all when told to or when one dies."""
+    """Start children, restart one that dies, and stop them all when told to.
+
+    A child that dies more than `max_restarts` times within a minute is crashing, not unlucky:
+    the supervisor then stops everything and exits non-zero.
+    """
 
     children: list[Child] = field(default_factory=list)
     stop_timeout_s: float = 30.0
+    max_restarts: int = 5
     _stopping: bool = False
 
     def add(self, name: str, args: list[str], env: dict[str, str]) -> None:
@@ -76,9 +82,15 @@ class Supervisor:
             while not self._stopping:
                 for child in self.children:
                     assert child.proc is not None
-                    if child.proc.poll() is not None:
+                    if child.proc.poll() is not None and not self._stopping:
                         log.error("supervisor.child_exited", child=child.name, code=child.proc.returncode)
-                        self._stopping, code = True, 1
+                        now = time.monotonic()
+                        child.restarts = [t for t in child.restarts if now - t < 60] + [now]
+                        if len(child.restarts) > self.max_restarts:
+                            log.error("supervisor.child_crashing", child=child.name)
+                            self._stopping, code = True, 1
+                        else:
+                            child.start()
                 if on_tick is not None and not self._stopping:
                     on_tick()
                 time.sleep(0.2)

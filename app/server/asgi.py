@@ -16,14 +16,17 @@ from app.config import Settings, get_settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.domain.accounts.auth import PUBLIC_PATHS, ApiKeyAuthenticationMiddleware, KeyResolver
 from app.domain.accounts.controllers import ApiKeyController
+from app.domain.ingest.controllers import ChunkController
+from app.domain.memories.controllers import MemoryController
 from app.domain.system.controllers import SystemController
 from app.lib.errors import EXCEPTION_HANDLERS
 from app.lib.logging import configure_logging
 from app.lib.queue import JobQueue, create_redis
 from app.server.dependencies import provide_db_session, provide_job_buffer
 from app.server.middleware import request_context_middleware, stamp_response
+from app.writers.registry import WriterRegistry
 
-ROUTE_HANDLERS = [SystemController, ApiKeyController]
+ROUTE_HANDLERS = [SystemController, ApiKeyController, ChunkController, MemoryController]
 
 
 def create_app(settings: Settings | None = None, *, configure_logs: bool = True) -> Litestar:
@@ -46,6 +49,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             sessionmaker=sessionmaker,
             job_queue=queue,
             key_resolver=KeyResolver(sessionmaker, settings.auth_cache_ttl_s),
+            writers=WriterRegistry(settings),
         )
         try:
             yield

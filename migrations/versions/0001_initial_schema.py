@@ -161,7 +161,7 @@ def upgrade() -> None:
     sa.Column('last_error', sa.Text(), nullable=True),
     sa.Column('raw_output', sa.Text(), nullable=True),
     sa.Column('changeset_id', sa.UUID(), nullable=True),
-    sa.Column('lease_until', sa.DateTime(timezone=True), nullable=True),
+    sa.Column('available_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
     sa.Column('received_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
     sa.Column('applied_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('updated_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
@@ -169,7 +169,7 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['tenant_id'], ['tenants.id'], name=op.f('fk_chunks_tenant_id_tenants'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_chunks'))
     )
-    op.create_index('ix_chunks_pending', 'chunks', ['received_at'], unique=False, postgresql_where=sa.text("status IN ('queued', 'processing')"))
+    op.create_index('ix_chunks_pending', 'chunks', ['updated_at'], unique=False, postgresql_where=sa.text("status IN ('queued', 'processing')"))
     op.create_index('ix_chunks_scope_pending', 'chunks', ['tenant_id', 'user_id', 'seq'], unique=False, postgresql_where=sa.text("status IN ('queued', 'processing')"))
     op.create_index('uq_chunks_scope_seq', 'chunks', ['tenant_id', 'user_id', 'seq'], unique=True)
     op.create_index('uq_chunks_tenant_idempotency_key', 'chunks', ['tenant_id', 'idempotency_key'], unique=True, postgresql_where=sa.text('idempotency_key IS NOT NULL'))

@@ -40,7 +40,7 @@ class Chunk(Base):
         ),
         Index(
             "ix_chunks_pending",
-            "received_at",
+            "updated_at",
             postgresql_where=text("status IN ('queued', 'processing')"),
         ),
         CheckConstraint(f"status IN {CHUNK_STATUSES!r}", name="status"),
@@ -64,8 +64,8 @@ class Chunk(Base):
     # The writer's raw output of the last failed attempt, kept for inspection.
     raw_output: Mapped[str | None] = mapped_column(Text)
     changeset_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
-    # A worker holds a chunk in `processing` only until this time; afterwards it is queued work again.
-    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Not to be taken before this time (backoff after a failed attempt).
+    available_at: Mapped[datetime] = timestamp_column()
     received_at: Mapped[datetime] = timestamp_column()
     applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = timestamp_column()

@@ -1,0 +1,1 @@
+"""Durable ingestion: chunks are numbered per scope and committed before they are acknowledged."""

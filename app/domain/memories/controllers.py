@@ -1,0 +1,63 @@
+"""`/v1/memories`: a scope's memories, one memory, and its version history."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal
+
+from litestar import Controller, Request, get
+from litestar.di import NamedDependency
+from litestar.params import FromPath, QueryParameter
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.domain.accounts.auth import requires_role
+from app.domain.accounts.services import Principal
+from app.domain.memories import services
+from app.domain.memories.schemas import HistoryOut, MemoryList, MemoryOut, VersionOut
+
+
+class MemoryController(Controller):
+    path = "/v1/memories"
+    tags = ["memories"]
+    guards = [requires_role("read")]
+
+    @get("/", summary="A user's memories (active by default), oldest first")
+    async def list_memories(
+        self,
+        request: Request[Principal, Any, Any],
+        db_session: NamedDependency[AsyncSession],
+        user_id: Annotated[str, QueryParameter(min_length=1, max_length=200)],
+        agent_id: Annotated[str | None, QueryParameter(max_length=200)] = None,
+        status: Annotated[Literal["active", "superseded", "deleted", "all"], QueryParameter()] = "active",
+        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
+        cursor: Annotated[str | None, QueryParameter(max_length=500)] = None,
+    ) -> MemoryList:
+        page, next_cursor = await services.list_memories(
+            db_session,
+            request.user.tenant_id,
+            user_id,
+            agent_id=agent_id,
+            status=status,
+            cursor=cursor,
+            limit=limit,
+        )
+        return MemoryList(items=[MemoryOut.of(m) for m in page], next_cursor=next_cursor)
+
+    @get("/{memory_id:uuid}", summary="One memory as it stands now")
+    async def get_memory(
+        self,
+        memory_id: FromPath[uuid.UUID],
+        request: Request[Principal, Any, Any],
+        db_session: NamedDependency[AsyncSession],
+    ) -> MemoryOut:
+        return MemoryOut.of(await services.get_memory(db_session, request.user.tenant_id, memory_id))
+
+    @get("/{memory_id:uuid}/history", summary="Every version of a memory with its provenance, oldest first")
+    async def history(
+        self,
+        memory_id: FromPath[uuid.UUID],
+        request: Request[Principal, Any, Any],
+        db_session: NamedDependency[AsyncSession],
+    ) -> HistoryOut:
+        versions = await services.memory_history(db_session, request.user.tenant_id, memory_id)
+        return HistoryOut(memory_id=memory_id, versions=[VersionOut.of(v) for v in versions])

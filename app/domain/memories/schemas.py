@@ -1,0 +1,92 @@
+"""Bodies of the memory endpoints (api.md, "Memories")."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import msgspec
+
+from app.db.models import Memory, MemoryVersion
+
+
+class MemoryOut(msgspec.Struct):
+    id: uuid.UUID
+    user_id: str
+    agent_id: str | None
+    run_id: str | None
+    content: str
+    tags: list[str]
+    owner: str
+    status: str
+    version: int
+    memory_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, m: Memory) -> MemoryOut:
+        return cls(
+            id=m.id,
+            user_id=m.user_id,
+            agent_id=m.agent_id,
+            run_id=m.run_id,
+            content=m.content,
+            tags=list(m.tags),
+            owner=m.owner,
+            status=m.status,
+            version=m.version,
+            memory_at=m.memory_at,
+            created_at=m.created_at,
+            updated_at=m.updated_at,
+        )
+
+
+class MemoryList(msgspec.Struct):
+    items: list[MemoryOut]
+    next_cursor: str | None
+
+
+class VersionOut(msgspec.Struct):
+    version: int
+    op: str
+    content: str
+    tags: list[str]
+    status: str
+    created_at: datetime
+    changeset_id: uuid.UUID
+    chunk_id: uuid.UUID | None
+    writer: str | None
+    model: str | None
+    profile: str | None
+    prompt_hash: str | None
+    actor: str
+    reason: str | None
+    supersedes: list[uuid.UUID] | None
+    superseded_by: uuid.UUID | None
+
+    @classmethod
+    def of(cls, v: MemoryVersion) -> VersionOut:
+        return cls(
+            version=v.version,
+            op=v.op,
+            content=v.content,
+            tags=list(v.tags),
+            status=v.status,
+            created_at=v.created_at,
+            changeset_id=v.changeset_id,
+            chunk_id=v.chunk_id,
+            writer=v.writer,
+            model=v.model,
+            profile=v.profile,
+            prompt_hash=v.prompt_hash,
+            actor=v.actor,
+            reason=v.reason,
+            supersedes=v.supersedes,
+            superseded_by=v.superseded_by,
+        )
+
+
+class HistoryOut(msgspec.Struct):
+    memory_id: uuid.UUID
+    versions: list[VersionOut]

@@ -1,0 +1,286 @@
+"""Reading memories, and applying ops as new versions under one changeset.
+
+`apply_ops` is the only code that writes memories: writer results, and later manual edits and
+admin undo, all go through it, so every write gets a version row with provenance and every batch of
+writes a changeset. It never commits; the caller's transaction makes the whole apply atomic.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import Changeset, Memory, MemoryVersion
+from app.domain.memories.repositories import ChangesetRepository, MemoryRepository, VersionRepository
+from app.embeddings import Embedder
+from app.lib.errors import ApiError, NotFoundError
+from app.writers.base import Op, OpKind
+
+MAX_MEMORY_CHARS = 2_000
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A memory as it was when shown to the writer under a local id."""
+
+    memory_id: uuid.UUID
+    version: int
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Who and what produced a changeset (architecture invariant 6)."""
+
+    actor: str
+    kind: str = "writer"
+    writer: str | None = None
+    model: str | None = None
+    profile: str | None = None
+    prompt_hash: str | None = None
+    chunk_id: uuid.UUID | None = None
+    reason: str | None = None
+
+
+@dataclass
+class ApplyOutcome:
+    changeset: Changeset
+    applied: int = 0
+    guards: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _guard(guards: list[dict[str, Any]], name: str, index: int, op: Op, detail: str) -> None:
+    guards.append({"guard": name, "op_index": index, "op": op.kind.value, "detail": detail})
+
+
+async def apply_ops(  # noqa: PLR0912, PLR0915  (one pass of guards, then one of writes)
+    session: AsyncSession,
+    *,
+    tenant_id: uuid.UUID,
+    user_id: str,
+    ops: Sequence[Op],
+    shown: dict[int, Shown],
+    provenance: Provenance,
+    embedder: Embedder,
+    agent_id: str | None = None,
+    run_id: str | None = None,
+    memory_at: datetime | None = None,
+    raw_output: str | None = None,
+    usage: dict[str, Any] | None = None,
+    guards: list[dict[str, Any]] | None = None,
+) -> ApplyOutcome:
+    """Validate `ops` against what the writer was shown and write them; return the changeset.
+
+    Ops that name an id the writer was not shown, touch a memory twice, or target a memory that
+    changed since it was shown are dropped and recorded as guards on the changeset.
+    """
+    guards = list(guards or [])
+    memories, versions = MemoryRepository(session), VersionRepository(session)
+    changeset = Changeset(
+        id=uuid.uuid4(),
+        tenant_id=tenant_id,
+        user_id=user_id,
+        kind=provenance.kind,
+        chunk_id=provenance.chunk_id,
+        writer=provenance.writer,
+        model=provenance.model,
+        profile=provenance.profile,
+        prompt_hash=provenance.prompt_hash,
+        raw_output=raw_output,
+        usage=usage or {},
+        actor=provenance.actor,
+        reason=provenance.reason,
+        ops=[],
+        guards=[],
+    )
+    target_ids = {shown[t].memory_id for op in ops for t in op.targets if t in shown}
+    locked = await memories.lock(tenant_id, user_id, sorted(target_ids))
+
+    accepted: list[tuple[int, Op, list[Memory]]] = []
+    touched: set[uuid.UUID] = set()
+    for index, op in enumerate(ops):
+        unknown = [t for t in op.targets if t not in shown]
+        if unknown:
+            _guard(guards, "unknown_id", index, op, f"ids {unknown} were not shown to the writer")
+            continue
+        if op.kind in (OpKind.UPDATE, OpKind.DELETE) and len(op.targets) != 1:
+            _guard(guards, "bad_targets", index, op, f"{op.kind.value} needs exactly one target")
+            continue
+        if op.kind is OpKind.SUPERSEDE and not op.targets:
+            _guard(guards, "bad_targets", index, op, "SUPERSEDE needs at least one target")
+            continue
+        if op.kind in (OpKind.ADD, OpKind.UPDATE, OpKind.SUPERSEDE):
+            text = (op.content or "").strip()
+            if not text or len(text) > MAX_MEMORY_CHARS:
+                _guard(guards, "bad_content", index, op, f"content must be 1..{MAX_MEMORY_CHARS} characters")
+                continue
+        if op.kind is OpKind.NOOP:
+            accepted.append((index, op, []))
+            continue
+        targets: list[Memory] = []
+        problem = None
+        for local_id in op.targets:
+            memory = locked.get(shown[local_id].memory_id)
+            if memory is not None and memory.id in touched:
+                problem = ("duplicate_target", f"memory {local_id} is already changed by an earlier op")
+            elif memory is None or memory.version != shown[local_id].version or memory.status != "active":
+                problem = ("stale_target", f"memory {local_id} changed after it was shown to the writer")
+            if problem or memory is None:
+                break
+            targets.append(memory)
+        if problem:
+            _guard(guards, problem[0], index, op, problem[1])
+            continue
+        if op.kind is OpKind.UPDATE and targets[0].content == (op.content or "").strip():
+            _guard(guards, "unchanged", index, op, "UPDATE repeats the current content")
+            continue
+        touched.update(m.id for m in targets)
+        accepted.append((index, op, targets))
+
+    new_texts = [(op.content or "").strip() for _, op, _ in accepted if op.kind in _WRITES_CONTENT]
+    vectors = iter(await embedder.embed(new_texts)) if new_texts else iter(())
+    recorded: list[dict[str, Any]] = []
+    applied = 0
+
+    def version_row(memory: Memory, op: str, **links: Any) -> MemoryVersion:
+        return MemoryVersion(
+            tenant_id=tenant_id,
+            user_id=user_id,
+            memory_id=memory.id,
+            version=memory.version,
+            op=op,
+            content=memory.content,
+            tags=list(memory.tags),
+            owner=memory.owner,
+            status=memory.status,
+            memory_at=memory.memory_at,
+            embedding=memory.embedding,
+            changeset_id=changeset.id,
+            chunk_id=provenance.chunk_id,
+            writer=provenance.writer,
+            model=provenance.model,
+            profile=provenance.profile,
+            prompt_hash=provenance.prompt_hash,
+            actor=provenance.actor,
+            reason=links.pop("reason", None) or provenance.reason,
+            **links,
+        )
+
+    for index, op, targets in accepted:
+        entry: dict[str, Any] = {"index": index, **op.as_json(), "targets": [str(m.id) for m in targets]}
+        if op.kind is OpKind.NOOP:
+            recorded.append(entry)
+            continue
+        if op.kind in (OpKind.ADD, OpKind.SUPERSEDE):
+            memory = Memory(
+                id=uuid.uuid4(),
+                tenant_id=tenant_id,
+                user_id=user_id,
+                agent_id=agent_id,
+                run_id=run_id,
+                content=(op.content or "").strip(),
+                tags=list(op.tags),
+                owner=op.owner,
+                memory_at=memory_at,
+                status="active",
+                version=1,
+                embedding=next(vectors),
+                changeset_id=changeset.id,
+            )
+            memories.add(memory)
+            versions.add(
+                version_row(memory, "ADD", supersedes=[m.id for m in targets] or None, reason=op.reason)
+            )
+            for old in targets:  # SUPERSEDE: the replaced memories get a new, superseded version
+                old.status, old.version, old.changeset_id = "superseded", old.version + 1, changeset.id
+                old.updated_at = func.now()
+                versions.add(version_row(old, "SUPERSEDE", superseded_by=memory.id, reason=op.reason))
+            entry["memory_id"] = str(memory.id)
+        elif op.kind is OpKind.UPDATE:
+            memory = targets[0]
+            memory.content = (op.content or "").strip()
+            memory.version, memory.changeset_id = memory.version + 1, changeset.id
+            memory.embedding = next(vectors)
+            if op.tags:
+                memory.tags = list(op.tags)
+            memory.updated_at = func.now()
+            versions.add(version_row(memory, "UPDATE", reason=op.reason))
+            entry["memory_id"] = str(memory.id)
+        elif op.kind is OpKind.DELETE:
+            memory = targets[0]
+            memory.status, memory.version, memory.changeset_id = "deleted", memory.version + 1, changeset.id
+            memory.updated_at = func.now()
+            versions.add(version_row(memory, "DELETE", reason=op.reason))
+            entry["memory_id"] = str(memory.id)
+        applied += 1
+        recorded.append(entry)
+
+    changeset.ops = recorded
+    changeset.guards = guards
+    ChangesetRepository(session).add(changeset)
+    await session.flush()
+    return ApplyOutcome(changeset=changeset, applied=applied, guards=guards)
+
+
+_WRITES_CONTENT = (OpKind.ADD, OpKind.SUPERSEDE, OpKind.UPDATE)
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def encode_cursor(memory: Memory) -> str:
+    raw = f"{memory.created_at.isoformat()}|{memory.id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, _, memory_id = raw.partition("|")
+        return datetime.fromisoformat(created), uuid.UUID(memory_id)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(
+            "The cursor is not valid.", code="validation_error", status_code=422, details={"field": "cursor"}
+        ) from exc
+
+
+async def list_memories(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    user_id: str,
+    *,
+    agent_id: str | None,
+    status: str,
+    cursor: str | None,
+    limit: int,
+) -> tuple[Sequence[Memory], str | None]:
+    statuses = None if status == "all" else [status]
+    after = decode_cursor(cursor) if cursor else None
+    page = await MemoryRepository(session).page(
+        tenant_id, user_id, agent_id=agent_id, statuses=statuses, after=after, limit=limit + 1
+    )
+    if len(page) > limit:
+        return page[:limit], encode_cursor(page[limit - 1])
+    return page, None
+
+
+async def get_memory(session: AsyncSession, tenant_id: uuid.UUID, memory_id: uuid.UUID) -> Memory:
+    memory = await MemoryRepository(session).get(tenant_id, memory_id)
+    if memory is None:
+        raise NotFoundError("No such memory.")
+    return memory
+
+
+async def memory_history(
+    session: AsyncSession, tenant_id: uuid.UUID, memory_id: uuid.UUID
+) -> Sequence[MemoryVersion]:
+    versions = await VersionRepository(session).history(tenant_id, memory_id)
+    if not versions:
+        raise NotFoundError("No such memory.")
+    return versions

@@ -1,0 +1,363 @@
+"""Processing a scope: its chunks, one at a time in `seq` order, each applied exactly once.
+
+Ordering and exclusivity come from a Postgres session-level advisory lock per scope (tenant +
+user_id), held on one connection for as long as a worker drains the scope; it holds across worker
+processes and machines and is released by Postgres itself if the worker dies. Exactly-once effect
+comes from applying a chunk in one transaction that also marks it `applied` (a redelivered chunk
+finds it applied and does nothing), backed by a unique index on the writer changeset per chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import random
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from app.config import Settings
+from app.db.models import Chunk
+from app.domain.audit.services import record_event
+from app.domain.memories.repositories import MemoryRepository
+from app.domain.memories.services import Provenance, Shown, apply_ops
+from app.domain.pipeline.repositories import PipelineRepository
+from app.embeddings import Embedder
+from app.writers.base import Candidate, Message, WriteRequest, WriterError, WriteResult
+from app.writers.registry import WriterRegistry
+
+log = structlog.get_logger(__name__)
+
+_MAX_ERROR_CHARS = 2_000
+
+
+@dataclass
+class PipelineDeps:
+    """What a worker process shares between its jobs."""
+
+    engine: AsyncEngine
+    settings: Settings
+    writers: WriterRegistry
+    embedder: Embedder
+    worker_name: str
+
+    @property
+    def actor(self) -> str:
+        return f"worker:{self.worker_name}"
+
+
+@dataclass
+class ScopeRun:
+    """What one `process_scope` call did."""
+
+    applied: int = 0
+    failed: int = 0
+    retried: int = 0
+    skipped: int = 0
+    locked_elsewhere: bool = False
+    retry_at: datetime | None = None  # the scope waits for a chunk's backoff until then
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "applied": self.applied,
+            "failed": self.failed,
+            "retried": self.retried,
+            "skipped": self.skipped,
+            "locked_elsewhere": self.locked_elsewhere,
+            "retry_at": self.retry_at.isoformat() if self.retry_at else None,
+        }
+
+
+def scope_lock_key(tenant_id: uuid.UUID, user_id: str) -> int:
+    """A signed 64-bit advisory-lock key for a scope (a collision only serialises two scopes)."""
+    digest = hashlib.blake2b(f"{tenant_id}:{user_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def backoff(settings: Settings, attempt: int) -> timedelta:
+    """Exponential backoff with +-20 % jitter, so retries of many scopes do not align."""
+    delay = min(settings.retry_backoff_max_s, settings.retry_backoff_s * 2 ** max(0, attempt - 1))
+    return timedelta(seconds=delay * random.uniform(0.8, 1.2))  # noqa: S311  (jitter, not security)
+
+
+async def process_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
+    """Drain a scope's ready chunks in order, unless another worker is already doing so."""
+    run = ScopeRun()
+    key = scope_lock_key(tenant_id, user_id)
+    while True:
+        async with deps.engine.connect() as conn:
+            locked = await conn.scalar(select(func.pg_try_advisory_lock(key)))
+            await conn.commit()
+            if not locked:
+                run.locked_elsewhere = True
+                return run
+            try:
+                while await _process_next(conn, deps, tenant_id, user_id, run):
+                    pass
+            finally:
+                await _unlock(conn, key)
+        if run.retry_at is not None:
+            return run
+        # A wake-up that arrived while we held the lock gave up on it; make sure its chunk is not left
+        # behind by looking again now that the lock is released.
+        async with AsyncSession(deps.engine) as session:
+            if not await PipelineRepository(session).has_ready(tenant_id, user_id):
+                return run
+
+
+async def _unlock(conn: AsyncConnection, key: int) -> None:
+    try:
+        await conn.rollback()
+        await conn.scalar(select(func.pg_advisory_unlock(key)))
+        await conn.commit()
+    except Exception:  # noqa: BLE001  (a broken connection must not return to the pool holding the lock)
+        with contextlib.suppress(Exception):
+            await conn.invalidate()
+
+
+async def _process_next(
+    conn: AsyncConnection, deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: ScopeRun
+) -> bool:
+    """Handle the scope's next chunk; False when there is nothing (ready) left."""
+    settings = deps.settings
+    async with AsyncSession(bind=conn, expire_on_commit=False) as session:
+        repo = PipelineRepository(session)
+        chunk = await repo.next_pending(tenant_id, user_id)
+        if chunk is None:
+            await session.commit()
+            return False
+        now = datetime.now(UTC)
+        if chunk.available_at > now:
+            run.retry_at = chunk.available_at
+            await session.commit()
+            return False
+        if chunk.attempts >= settings.max_attempts:
+            # Every attempt so far ended with the worker dying mid-way (a poison chunk): give up on it.
+            await _fail(session, deps, chunk, f"gave up after {chunk.attempts} attempts", None, final=True)
+            await session.commit()
+            run.failed += 1
+            return True
+        chunk.status, chunk.attempts = "processing", chunk.attempts + 1
+        chunk.updated_at = func.now()
+        await session.commit()
+
+        writer = deps.writers.get(chunk.writer or "default")
+        request, shown = await _build_request(session, conn, deps, chunk)
+        await session.commit()  # no snapshot or lock is held while the writer thinks
+        log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
+        error: str | None = None
+        raw: str | None = None
+        try:
+            async with asyncio.timeout(settings.writer_timeout_s):
+                result = await writer.write(request)
+        except WriterError as exc:
+            error, raw = f"writer error: {exc}", exc.raw_output
+        except TimeoutError:
+            error = f"writer timed out after {settings.writer_timeout_s:g} s"
+        except Exception as exc:  # noqa: BLE001  (any writer bug is a failed attempt, not a dead worker)
+            error = f"writer raised {type(exc).__name__}: {exc}"
+
+        locked = await PipelineRepository(session).lock_chunk(chunk.id)
+        if locked.status == "applied":  # applied meanwhile by an earlier delivery: nothing to do
+            await session.commit()
+            run.skipped += 1
+            return True
+        if error is not None:
+            final = locked.attempts >= settings.max_attempts
+            await _fail(session, deps, locked, error, raw, final=final)
+            await session.commit()
+            if final:
+                run.failed += 1
+                return True
+            run.retried += 1
+            run.retry_at = locked.available_at
+            return False
+        await _apply(
+            session,
+            deps,
+            writer_name=writer.name,
+            writer_model=writer.model,
+            writer_profile=writer.profile,
+            chunk=locked,
+            result=result,
+            shown=shown,
+        )
+        await session.commit()
+        run.applied += 1
+        return True
+
+
+async def _apply(
+    session: AsyncSession,
+    deps: PipelineDeps,
+    *,
+    writer_name: str,
+    writer_model: str | None,
+    writer_profile: str | None,
+    chunk: Chunk,
+    result: WriteResult,
+    shown: dict[int, Shown],
+) -> None:
+    outcome = await apply_ops(
+        session,
+        tenant_id=chunk.tenant_id,
+        user_id=chunk.user_id,
+        ops=result.ops,
+        shown=shown,
+        provenance=Provenance(
+            actor=deps.actor,
+            kind="writer",
+            writer=writer_name,
+            model=writer_model,
+            profile=writer_profile,
+            prompt_hash=result.prompt_hash,
+            chunk_id=chunk.id,
+        ),
+        embedder=deps.embedder,
+        agent_id=chunk.agent_id,
+        run_id=chunk.run_id,
+        memory_at=_memory_at(chunk),
+        raw_output=result.raw_output,
+        usage=result.usage,
+    )
+    chunk.status, chunk.changeset_id, chunk.last_error = "applied", outcome.changeset.id, None
+    chunk.applied_at = func.now()
+    chunk.updated_at = func.now()
+    await record_event(
+        session,
+        tenant_id=chunk.tenant_id,
+        actor=deps.actor,
+        action="chunk.applied",
+        target_type="chunk",
+        target_id=str(chunk.id),
+        summary={
+            "seq": chunk.seq,
+            "changeset_id": str(outcome.changeset.id),
+            "applied": outcome.applied,
+            "guards": len(outcome.guards),
+        },
+    )
+    log.info(
+        "chunk.applied",
+        chunk_id=str(chunk.id),
+        seq=chunk.seq,
+        ops=outcome.applied,
+        guards=len(outcome.guards),
+    )
+
+
+async def _fail(
+    session: AsyncSession, deps: PipelineDeps, chunk: Chunk, error: str, raw: str | None, *, final: bool
+) -> None:
+    chunk.last_error = error[:_MAX_ERROR_CHARS]
+    chunk.raw_output = raw
+    chunk.updated_at = func.now()
+    if final:
+        chunk.status = "failed"
+        await record_event(
+            session,
+            tenant_id=chunk.tenant_id,
+            actor=deps.actor,
+            action="chunk.failed",
+            target_type="chunk",
+            target_id=str(chunk.id),
+            summary={"seq": chunk.seq, "attempts": chunk.attempts, "error": error[:200]},
+        )
+        log.warning(
+            "chunk.failed", chunk_id=str(chunk.id), seq=chunk.seq, attempts=chunk.attempts, error=error
+        )
+    else:
+        chunk.status = "queued"
+        chunk.available_at = datetime.now(UTC) + backoff(deps.settings, chunk.attempts)
+        log.info(
+            "chunk.retry_scheduled",
+            chunk_id=str(chunk.id),
+            seq=chunk.seq,
+            attempts=chunk.attempts,
+            error=error,
+            at=chunk.available_at.isoformat(),
+        )
+
+
+def _memory_at(chunk: Chunk) -> datetime:
+    stamps = [m.get("created_at") for m in chunk.messages if m.get("created_at")]
+    if stamps:
+        with contextlib.suppress(ValueError):
+            return max(datetime.fromisoformat(str(s)) for s in stamps)
+    return chunk.received_at
+
+
+def _message(raw: dict[str, Any]) -> Message:
+    created = raw.get("created_at")
+    return Message(
+        role=str(raw["role"]),
+        content=str(raw["content"]),
+        name=raw.get("name"),
+        created_at=datetime.fromisoformat(created) if isinstance(created, str) else None,
+    )
+
+
+async def _build_request(
+    session: AsyncSession, conn: AsyncConnection, deps: PipelineDeps, chunk: Chunk
+) -> tuple[WriteRequest, dict[int, Shown]]:
+    """The writer's view: new messages, recent context, and related memories under local ids."""
+    settings = deps.settings
+    messages = tuple(_message(m) for m in chunk.messages)
+    earlier = await PipelineRepository(session).earlier_messages(
+        chunk.tenant_id, chunk.user_id, chunk.seq, settings.context_messages
+    )
+    shown: dict[int, Shown] = {}
+    candidates: list[Candidate] = []
+    by_memory: dict[uuid.UUID, int] = {}
+
+    async def find(queries: list[str]) -> tuple[Candidate, ...]:
+        """Nearest active memories for each query; ids stay stable across calls within one write."""
+        found: list[Candidate] = []
+        vectors = await deps.embedder.embed([q for q in queries if q.strip()])
+        async with AsyncSession(bind=conn, expire_on_commit=False) as search_session:
+            repo = MemoryRepository(search_session)
+            for vector in vectors:
+                for memory in await repo.nearest_active(
+                    chunk.tenant_id, chunk.user_id, vector, settings.candidate_limit
+                ):
+                    if memory.id not in by_memory:
+                        local_id = len(shown)
+                        by_memory[memory.id] = local_id
+                        shown[local_id] = Shown(memory.id, memory.version)
+                        candidates.append(
+                            Candidate(
+                                local_id, memory.content, tuple(memory.tags), memory.owner, memory.memory_at
+                            )
+                        )
+                    found.append(candidates[by_memory[memory.id]])
+            await search_session.commit()
+        return tuple(dict.fromkeys(found))
+
+    user_text = "\n".join(m.content for m in messages if m.role == "user") or "\n".join(
+        m.content for m in messages
+    )
+    initial = await find([user_text])
+    request = WriteRequest(
+        user_id=chunk.user_id,
+        agent_id=chunk.agent_id,
+        run_id=chunk.run_id,
+        messages=messages,
+        context=tuple(_message(m) for m in earlier),
+        candidates=initial,
+        memory_at=_memory_at(chunk),
+        now=datetime.now(UTC),
+        search=find,
+    )
+    return request, shown
+
+
+async def find_stranded_scopes(engine: AsyncEngine, min_age_s: float) -> list[tuple[uuid.UUID, str]]:
+    """Scopes whose unfinished chunks nobody has touched for `min_age_s` (lost or never-sent jobs)."""
+    async with AsyncSession(engine) as session:
+        return list(await PipelineRepository(session).stranded_scopes(min_age_s))

@@ -1,0 +1,53 @@
+"""A dependency-free embedder: feature hashing of word unigrams and bigrams, L2-normalised.
+
+It captures lexical overlap only (no synonyms), which is enough to find the memories a new
+statement is about ("The user lives in Lyon" vs "I moved to Seattle" share "the user lives");
+semantic embedders plug in behind the same protocol.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import re
+
+_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+# Words that carry no meaning of their own; dropping them keeps vectors about the content.
+_STOPWORDS = frozenset(
+    """
+    a an the and or but of to in on at for with by from is am are was were be been being it its this that
+    these those as so if then than too very can will just do does did i me my we our you your
+    """.split()  # noqa: SIM905  (one word list reads better than fifty quoted strings)
+)
+
+
+def _bucket(feature: str, dim: int) -> tuple[int, float]:
+    digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+    value = int.from_bytes(digest, "little")
+    return value % dim, (1.0 if (value >> 63) & 1 else -1.0)
+
+
+class HashingEmbedder:
+    """Signed feature hashing (the "hashing trick") into `dim` buckets."""
+
+    def __init__(self, dim: int = 384) -> None:
+        self.dim = dim
+        self.name = f"hashing-v1-{dim}"
+
+    def embed_one(self, text: str) -> list[float]:
+        words = [w for w in _TOKEN.findall(text.lower()) if w not in _STOPWORDS]
+        vector = [0.0] * self.dim
+        features = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
+        for feature in features:
+            index, sign = _bucket(feature, self.dim)
+            vector[index] += sign
+        norm = math.sqrt(sum(v * v for v in vector))
+        if norm == 0.0:
+            # An empty or all-stopword text still needs a valid unit vector for cosine distance.
+            vector[0] = 1.0
+            return vector
+        return [v / norm for v in vector]
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_one(t) for t in texts]

@@ -1,0 +1,112 @@
+"""The writer seam: what a writer is shown, and what it may answer.
+
+A writer never sees database ids. Existing memories are shown as `Candidate`s under short local ids
+(0, 1, 2 ... in the order given), and ops name targets by those ids; the apply step maps them back
+and drops anything that names an id it did not show (architecture invariant 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+class OpKind(StrEnum):
+    ADD = "ADD"  # a new memory
+    UPDATE = "UPDATE"  # rewrite one existing memory (a lossless merge or correction)
+    SUPERSEDE = "SUPERSEDE"  # a new memory replaces older ones, which become `superseded`
+    DELETE = "DELETE"  # an existing memory is no longer true
+    NOOP = "NOOP"  # nothing to change (recorded so the changeset says why)
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # user | assistant | system | tool
+    content: str
+    name: str | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An existing memory of the scope, as the writer sees it."""
+
+    local_id: int
+    content: str
+    tags: tuple[str, ...] = ()
+    owner: str = "user"
+    memory_at: datetime | None = None
+
+
+# More candidates for the given query texts (two-phase writers: extract, then retrieve, then reconcile).
+# Candidates already shown keep their local id; new ones get the next free ids.
+CandidateSearch = Callable[[list[str]], Awaitable[tuple[Candidate, ...]]]
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """Everything a writer may use to decide; nothing outside the scope is in here."""
+
+    user_id: str
+    messages: tuple[Message, ...]  # the chunk being written
+    context: tuple[Message, ...]  # the scope's last k messages before this chunk, oldest first
+    candidates: tuple[Candidate, ...]  # related memories of the scope, local ids 0..n-1
+    memory_at: datetime  # when the chunk's conversation happened
+    now: datetime  # the current date, for resolving "last month" etc.
+    agent_id: str | None = None
+    run_id: str | None = None
+    search: CandidateSearch | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One decision. `targets` are candidate local ids: one for UPDATE / DELETE, one or more for
+    SUPERSEDE (oldest first), none for ADD / NOOP."""
+
+    kind: OpKind
+    content: str | None = None
+    targets: tuple[int, ...] = ()
+    tags: tuple[str, ...] = ()
+    owner: str = "user"
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "op": self.kind.value,
+            "content": self.content,
+            "targets": list(self.targets),
+            "tags": list(self.tags),
+            "owner": self.owner,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class WriteResult:
+    """A writer's answer with what is needed to audit it later."""
+
+    ops: list[Op]
+    raw_output: str | None = None  # exactly what the model returned (None for non-LLM writers)
+    prompt_hash: str | None = None  # hash of the prompt template(s) used
+    usage: dict[str, Any] = field(default_factory=dict)  # tokens, latency
+
+
+class WriterError(Exception):
+    """The writer failed for this chunk (timeout, garbage output ...); the chunk may be retried."""
+
+    def __init__(self, message: str, raw_output: str | None = None) -> None:
+        super().__init__(message)
+        self.raw_output = raw_output
+
+
+class Writer(Protocol):
+    """Anything that turns a `WriteRequest` into ops. Implementations must be safe to call concurrently."""
+
+    name: str  # the configured name ("default", "hy-memory-prod" ...)
+    model: str | None  # the model behind it, if any
+    profile: str | None  # the protocol spoken to the model (hy-memory, mem0, simple), if any
+
+    async def write(self, request: WriteRequest) -> WriteResult: ...

@@ -1,0 +1,226 @@
+"""The core loop with real arq workers: ordered per scope, parallel across scopes, exactly once,
+with provenance on every version."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.models import Changeset, Chunk, Memory, MemoryVersion
+from app.domain.pipeline.services import PipelineDeps, process_scope
+from app.embeddings import get_embedder
+from app.writers.registry import WriterRegistry
+from tests.conftest import TenantKeys
+from tests.support.scenario import bank, changesets_per_chunk, order_violations, post_users
+from tests.support.workers import running_worker, wait_for_chunks
+from tests.support.writers import SlowWriter
+
+Client = AsyncTestClient[Litestar]
+
+EXPECTED_ACTIVE = {
+    "The user is vegetarian.",
+    "The user mainly uses Python.",
+    "The user's daughter is named Mia.",
+    "The user lives in Seattle.",
+}
+
+
+def deps(settings: Settings, engine: object) -> PipelineDeps:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    assert isinstance(engine, AsyncEngine)
+    return PipelineDeps(
+        engine=engine,
+        settings=settings,
+        writers=WriterRegistry(settings),
+        embedder=get_embedder(settings.embedder, settings.embedding_dim),
+        worker_name="test",
+    )
+
+
+async def test_twenty_users_in_parallel_each_in_order_with_provenance(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    users = [f"user-{i:02d}" for i in range(20)]
+    SlowWriter.max_in_flight = 0
+    accepted = await post_users(api, ingest_headers, users, writer="slow")
+    async with running_worker(pipeline_settings):
+        counts = await wait_for_chunks(sessionmaker, tenant.tenant_id, len(accepted))
+    assert counts == {"applied": len(accepted)}
+    assert SlowWriter.max_in_flight > 1, "scopes were not processed concurrently"
+    assert await order_violations(sessionmaker, tenant.tenant_id) == []
+    assert set((await changesets_per_chunk(sessionmaker, tenant.tenant_id)).keys()) == {1}
+
+    result = await bank(sessionmaker, tenant.tenant_id)
+    assert set(result) == set(users)
+    for user in users:
+        active = {c for c, status, _ in result[user]["memories"] if status == "active"}
+        assert active == EXPECTED_ACTIVE, user
+        statuses = {c: s for c, s, _ in result[user]["memories"]}
+        assert statuses["The user lives in Lyon."] == "superseded"
+        assert statuses["The user likes jazz."] == "deleted"
+
+    async with sessionmaker() as session:
+        versions = (
+            await session.scalars(select(MemoryVersion).where(MemoryVersion.tenant_id == tenant.tenant_id))
+        ).all()
+        chunk_ids = set(
+            (await session.scalars(select(Chunk.id).where(Chunk.tenant_id == tenant.tenant_id))).all()
+        )
+    for v in versions:
+        assert v.chunk_id in chunk_ids
+        assert v.changeset_id is not None
+        assert v.writer == "slow"
+        assert v.prompt_hash
+        assert v.actor.startswith("worker:")
+        assert v.created_at is not None
+
+    # The history endpoint tells the story of the moved location.
+    one = accepted[0]
+    status = (await api.get(f"/v1/chunks/{one['chunk_id']}", headers=ingest_headers)).json()
+    assert status["status"] == "applied"
+    assert status["changeset_id"]
+    assert status["attempts"] == 1
+    listing = (
+        await api.get("/v1/memories", params={"user_id": "user-00", "status": "all"}, headers=ingest_headers)
+    ).json()
+    lyon = next(m for m in listing["items"] if m["content"] == "The user lives in Lyon.")
+    history = (await api.get(f"/v1/memories/{lyon['id']}/history", headers=ingest_headers)).json()
+    assert [v["op"] for v in history["versions"]] == ["ADD", "SUPERSEDE"]
+    seattle = next(m for m in listing["items"] if m["content"] == "The user lives in Seattle.")
+    assert history["versions"][1]["superseded_by"] == seattle["id"]
+    assert history["versions"][0]["chunk_id"] == one["chunk_id"]
+    assert history["versions"][0]["writer"] == "slow"
+
+
+async def test_fifty_concurrent_chunks_of_one_user_apply_in_order_without_duplicates(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    likes = ["jazz", "tea", "hiking", "chess", "sushi"]
+
+    async def post(i: int) -> dict[str, object]:
+        body = {"user_id": "solo", "messages": [{"role": "user", "content": f"I like {likes[i % 5]}."}]}
+        response = await api.post("/v1/chunks", json=body, headers=ingest_headers)
+        assert response.status_code == 202
+        return dict(response.json())
+
+    # Two workers race for the same scope while chunks are still arriving.
+    async with running_worker(pipeline_settings), running_worker(pipeline_settings):
+        accepted = await asyncio.gather(*(post(i) for i in range(50)))
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 50)
+    assert sorted(a["seq"] for a in accepted) == list(range(1, 51))
+    assert await order_violations(sessionmaker, tenant.tenant_id) == []
+    assert (await changesets_per_chunk(sessionmaker, tenant.tenant_id)) == {1: 50}
+    async with sessionmaker() as session:
+        contents = (
+            await session.scalars(
+                select(Memory.content).where(Memory.tenant_id == tenant.tenant_id, Memory.status == "active")
+            )
+        ).all()
+        noops = await session.scalar(
+            select(func.count()).select_from(Changeset).where(Changeset.ops.contains([{"op": "NOOP"}]))
+        )
+    assert sorted(contents) == sorted(f"The user likes {x}." for x in likes)
+    assert noops == 45
+
+
+async def test_redelivered_work_is_a_no_op(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    engine: object,
+) -> None:
+    await post_users(api, ingest_headers, ["again"])
+    async with running_worker(pipeline_settings):
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 8)
+    before = await bank(sessionmaker, tenant.tenant_id)
+    for _ in range(3):
+        run = await process_scope(deps(pipeline_settings, engine), tenant.tenant_id, "again")
+        assert run.applied == 0
+    assert await bank(sessionmaker, tenant.tenant_id) == before
+    assert set((await changesets_per_chunk(sessionmaker, tenant.tenant_id)).values()) == {8}
+
+
+async def test_chunk_left_processing_by_a_dead_worker_is_applied_once(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    engine: object,
+) -> None:
+    [accepted] = await post_users(api, ingest_headers, ["orphan"], facts=["I live in Oslo."])
+    chunk_id = uuid.UUID(accepted["chunk_id"])
+    async with sessionmaker() as session, session.begin():  # what a worker killed mid-write leaves behind
+        await session.execute(
+            update(Chunk).where(Chunk.id == chunk_id).values(status="processing", attempts=1)
+        )
+    run = await process_scope(deps(pipeline_settings, engine), tenant.tenant_id, "orphan")
+    assert run.applied == 1
+    async with sessionmaker() as session:
+        chunk = await session.get(Chunk, chunk_id)
+        assert chunk is not None
+        assert (chunk.status, chunk.attempts) == ("applied", 2)
+    assert (await bank(sessionmaker, tenant.tenant_id))["orphan"]["memories"] == [
+        ("The user lives in Oslo.", "active", 1)
+    ]
+
+
+async def test_a_chunk_that_keeps_killing_its_worker_is_failed(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    engine: object,
+) -> None:
+    accepted = await post_users(api, ingest_headers, ["poison"], facts=["I live in Oslo.", "I like tea."])
+    first = uuid.UUID(accepted[0]["chunk_id"])
+    async with sessionmaker() as session, session.begin():
+        await session.execute(update(Chunk).where(Chunk.id == first).values(status="processing", attempts=3))
+    run = await process_scope(deps(pipeline_settings, engine), tenant.tenant_id, "poison")
+    assert (run.failed, run.applied) == (1, 1)
+    status = (await api.get(f"/v1/chunks/{first}", headers=ingest_headers)).json()
+    assert status["status"] == "failed"
+    assert "gave up" in status["error"]
+
+
+async def test_writer_failure_fails_that_chunk_only(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    facts = ["I live in Lyon.", "boom: I like jazz.", "I mainly use Rust."]
+    accepted = await post_users(api, ingest_headers, ["fragile"], writer="failing", facts=facts)
+    async with running_worker(pipeline_settings):
+        counts = await wait_for_chunks(sessionmaker, tenant.tenant_id, 3)
+    assert counts == {"applied": 2, "failed": 1}
+    failed = (await api.get(f"/v1/chunks/{accepted[1]['chunk_id']}", headers=ingest_headers)).json()
+    assert failed["status"] == "failed"
+    assert failed["attempts"] == pipeline_settings.max_attempts
+    assert "not valid JSON" in failed["error"]
+    async with sessionmaker() as session:
+        raw = await session.scalar(
+            select(Chunk.raw_output).where(Chunk.id == uuid.UUID(accepted[1]["chunk_id"]))
+        )
+    assert raw == '{"memory": ['
+    memories = (await bank(sessionmaker, tenant.tenant_id))["fragile"]["memories"]
+    assert [c for c, _, _ in memories] == ["The user lives in Lyon.", "The user mainly uses Rust."]

@@ -1,0 +1,107 @@
+"""Real arq workers for tests: in this process (fast, shares the event loop) or as `memstore worker`
+subprocesses (when a test must kill one)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from arq.worker import Worker
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.models import Chunk
+from workers.settings import worker_options
+
+
+@contextlib.asynccontextmanager
+async def running_worker(settings: Settings, **overrides: Any) -> AsyncIterator[Worker]:
+    """An arq worker with the production options, polling fast, inside the test's event loop."""
+    options = worker_options(settings) | {"handle_signals": False, "poll_delay": 0.02} | overrides
+    worker = Worker(**options)
+    task = asyncio.create_task(worker.main())
+    try:
+        yield worker
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        with contextlib.suppress(Exception):
+            await worker.close()
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """Environment that makes a `memstore` subprocess use exactly these settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    for name, value in settings.model_dump().items():
+        if value is not None:
+            env[f"MEMSTORE_{name.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
+    env["MEMSTORE_LOG_FORMAT"] = "json"
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    return env
+
+
+def start_worker_process(
+    settings: Settings, log_path: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    env = settings_env(settings) | (extra_env or {})
+    log = log_path.open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", "worker"], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+
+
+def stop_worker_process(proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+async def wait_until(
+    check: Callable[[], Awaitable[bool]], timeout_s: float = 60, what: str = "condition"
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+async def chunk_counts(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID
+) -> dict[str, int]:
+    async with sessionmaker() as session:
+        rows = await session.execute(
+            select(Chunk.status, func.count()).where(Chunk.tenant_id == tenant_id).group_by(Chunk.status)
+        )
+        return dict(rows.all())
+
+
+async def wait_for_chunks(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID, expected: int, timeout_s: float = 60
+) -> dict[str, int]:
+    """Until `expected` chunks of the tenant are finished (applied or failed); returns the counts."""
+    counts: dict[str, int] = {}
+
+    async def done() -> bool:
+        nonlocal counts
+        counts = await chunk_counts(sessionmaker, tenant_id)
+        return counts.get("applied", 0) + counts.get("failed", 0) >= expected
+
+    await wait_until(done, timeout_s, f"{expected} finished chunks (have {counts})")
+    return counts

@@ -1,0 +1,66 @@
+"""Job entry points: thin wrappers that call the pipeline and translate faults into arq retries."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import structlog
+from arq import Retry
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+from app.domain.ingest.services import PROCESS_SCOPE_JOB
+from app.domain.pipeline.services import PipelineDeps, find_stranded_scopes, process_scope
+
+log = structlog.get_logger("workers.jobs")
+
+# Faults of the database connection: the job is retried, the chunk is still safely in Postgres.
+_DB_FAULTS = (OperationalError, InterfaceError, PoolTimeoutError, ConnectionError, OSError)
+
+
+async def process_scope_job(ctx: dict[str, Any], tenant_id: str, user_id: str) -> dict[str, Any]:
+    """Drain one scope (tenant + user) in `seq` order."""
+    deps: PipelineDeps = ctx["pipeline"]
+    structlog.contextvars.bind_contextvars(tenant_id=tenant_id, user_id=user_id)
+    try:
+        run = await process_scope(deps, uuid.UUID(tenant_id), user_id)
+    except _DB_FAULTS as exc:
+        log.warning("scope.db_unavailable", error=type(exc).__name__, try_=ctx.get("job_try"))
+        raise Retry(defer=min(30, 2 * int(ctx.get("job_try", 1)))) from exc
+    except DBAPIError as exc:
+        if exc.connection_invalidated:
+            raise Retry(defer=2) from exc
+        raise
+    finally:
+        structlog.contextvars.unbind_contextvars("tenant_id", "user_id")
+    if run.retry_at is not None:
+        # A chunk is waiting out its backoff; wake the scope when it is due.
+        await ctx["redis"].enqueue_job(
+            PROCESS_SCOPE_JOB,
+            tenant_id,
+            user_id,
+            _defer_until=run.retry_at,
+            _job_id=f"retry:{tenant_id}:{user_id}:{run.retry_at.timestamp():.0f}",
+        )
+    return run.summary()
+
+
+async def sweep_job(ctx: dict[str, Any]) -> dict[str, Any]:
+    """Re-enqueue scopes whose chunks wait in Postgres with no job to run them (lost Redis, lost job)."""
+    settings = ctx["settings"]
+    deps: PipelineDeps = ctx["pipeline"]
+    try:
+        scopes = await find_stranded_scopes(deps.engine, settings.sweep_min_age_s)
+    except _DB_FAULTS as exc:
+        log.warning("sweep.db_unavailable", error=type(exc).__name__)
+        return {"enqueued": 0}
+    window = int(time.time() // max(1, settings.sweep_interval_s))
+    for tenant_id, user_id in scopes:
+        await ctx["redis"].enqueue_job(
+            PROCESS_SCOPE_JOB, str(tenant_id), user_id, _job_id=f"sweep:{tenant_id}:{user_id}:{window}"
+        )
+    if scopes:
+        log.info("sweep.enqueued", scopes=len(scopes))
+    return {"enqueued": len(scopes)}
