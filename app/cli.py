@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,7 @@ def up(
         Path | None, typer.Option(help="Where embedded Postgres and Redis keep data.")
     ] = None,
     workers: Annotated[int, typer.Option(min=0, help="Worker processes to start.")] = 1,
+    api_processes: Annotated[int, typer.Option(min=1, help="API processes sharing the port.")] = 1,
 ) -> None:
     """Run everything: embedded Postgres + Redis (unless configured), migrations, the API and workers."""
     from app.db.migrate import upgrade
@@ -87,7 +89,11 @@ def up(
         env = child_env(MEMSTORE_DATABASE_URL=database_url, MEMSTORE_REDIS_URL=redis_url)
         supervisor = Supervisor(stop_timeout_s=settings.worker_shutdown_wait_s + 10)
         python = [sys.executable, "-m", "app"]
-        supervisor.add("api", [*python, "serve", "--host", host, "--port", str(port)], env)
+        supervisor.add(
+            "api",
+            [*python, "serve", "--host", host, "--port", str(port), "--processes", str(api_processes)],
+            env,
+        )
         for i in range(workers):
             supervisor.add(f"worker-{i + 1}", [*python, "worker"], env)
 
@@ -155,6 +161,10 @@ def worker() -> None:
     configure_logging(settings.log_level, settings.log_format, process="worker")
     from workers.settings import WorkerSettings
 
+    with contextlib.suppress(ImportError):  # uvloop (from uvicorn[standard]): a cheaper event loop per query
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     # Losing Redis stops arq's poll loop; start it again once Redis answers. Nothing is lost meanwhile:
     # chunks wait in Postgres and the sweeper re-enqueues them.
     while True:

@@ -54,6 +54,12 @@ class Settings(BaseSettings):
     max_messages_per_chunk: int = Field(default=100, description="Most messages one chunk may carry.")
     max_message_chars: int = Field(default=20_000, description="Longest message content accepted.")
     max_batch_chunks: int = Field(default=100, description="Most chunks one batch request may carry.")
+    ingest_writers: int = Field(
+        default=2, description="Transactions writing accepted chunks concurrently, per API process."
+    )
+    ingest_max_group: int = Field(
+        default=500, description="Most chunks committed together in one transaction."
+    )
 
     # --- workers ---------------------------------------------------------------------------
     worker_max_jobs: int = Field(default=32, description="Concurrent jobs per worker process.")

@@ -11,6 +11,7 @@ from arq import Retry
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from app.domain.audit.services import seal_pending
 from app.domain.ingest.services import PROCESS_SCOPE_JOB
 from app.domain.pipeline.services import PipelineDeps, find_stranded_scopes, process_scope
 
@@ -64,3 +65,14 @@ async def sweep_job(ctx: dict[str, Any]) -> dict[str, Any]:
     if scopes:
         log.info("sweep.enqueued", scopes=len(scopes))
     return {"enqueued": len(scopes)}
+
+
+async def seal_audit_job(ctx: dict[str, Any]) -> dict[str, Any]:
+    """Link newly committed audit events into their tenants' hash chains."""
+    deps: PipelineDeps = ctx["pipeline"]
+    try:
+        sealed = await seal_pending(deps.engine)
+    except _DB_FAULTS as exc:
+        log.warning("audit.seal_db_unavailable", error=type(exc).__name__)
+        return {"sealed": 0}
+    return {"sealed": sealed}

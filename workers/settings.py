@@ -17,7 +17,7 @@ from app.embeddings import get_embedder
 from app.lib.logging import configure_logging
 from app.lib.queue import QUEUE_NAME, redis_settings
 from app.writers.registry import WriterRegistry
-from workers.jobs import process_scope_job, sweep_job
+from workers.jobs import process_scope_job, seal_audit_job, sweep_job
 
 log = structlog.get_logger("workers")
 
@@ -79,6 +79,14 @@ def worker_options(settings: Settings) -> dict[str, Any]:
         ],
         "cron_jobs": [
             cron(heartbeat, second=set(range(0, 60, 10)), run_at_startup=False, unique=False, timeout=5),
+            cron(
+                seal_audit_job,
+                second=set(range(0, 60, 2)),
+                run_at_startup=True,
+                unique=True,
+                timeout=60,
+                keep_result=0,
+            ),
             cron(
                 sweep_job,
                 second=set(range(0, 60, sweep_every)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from alembic import command
@@ -37,8 +38,9 @@ def check(database_url: str) -> None:
     command.check(alembic_config(database_url))
 
 
+@functools.cache
 def head_revision() -> str:
-    """The newest migration this code ships."""
+    """The newest migration this code ships (read once per process)."""
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
     return head

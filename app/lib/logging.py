@@ -72,7 +72,8 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", process: str | Non
     root.setLevel(level.upper())
     # Our own request log replaces uvicorn's access log (it carries the request id and no headers).
     logging.getLogger("uvicorn.access").disabled = True
-    for noisy in ("asyncio", "httpx", "httpcore", "pgserver", "alembic.runtime.plugins"):
+    # arq logs every job start and end at INFO; the pipeline's own events say what matters.
+    for noisy in ("asyncio", "httpx", "httpcore", "pgserver", "alembic.runtime.plugins", "arq.worker"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -16,6 +16,7 @@ from app.config import Settings, get_settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.domain.accounts.auth import PUBLIC_PATHS, ApiKeyAuthenticationMiddleware, KeyResolver
 from app.domain.accounts.controllers import ApiKeyController
+from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.controllers import ChunkController
 from app.domain.memories.controllers import MemoryController
 from app.domain.system.controllers import SystemController
@@ -50,10 +51,14 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             job_queue=queue,
             key_resolver=KeyResolver(sessionmaker, settings.auth_cache_ttl_s),
             writers=WriterRegistry(settings),
+            ingest_batcher=IngestBatcher(
+                sessionmaker, queue, max_chunks=settings.ingest_max_group, writers=settings.ingest_writers
+            ),
         )
         try:
             yield
         finally:
+            await application.state.ingest_batcher.close()
             await queue.close()
             await engine.dispose()
 

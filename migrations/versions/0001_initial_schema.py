@@ -65,6 +65,26 @@ END
 $$;
 """
 
+# An audit event is written unsealed and sealed once: seq, prev_hash and hash go from NULL to a value,
+# and nothing else may change, ever.
+AUDIT_FUNCTION = """
+CREATE FUNCTION memstore_audit_seal_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE'
+       AND OLD.hash IS NULL AND OLD.seq IS NULL AND OLD.prev_hash IS NULL
+       AND NEW.hash IS NOT NULL AND NEW.seq IS NOT NULL AND NEW.prev_hash IS NOT NULL
+       AND (to_jsonb(NEW) - 'seq' - 'prev_hash' - 'hash') = (to_jsonb(OLD) - 'seq' - 'prev_hash' - 'hash') THEN
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'DELETE' AND current_setting('memstore.purge', true) = 'on' THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION 'audit_events is append-only: % is not allowed', TG_OP
+        USING ERRCODE = 'restrict_violation';
+END
+$$;
+"""
+
 APPEND_ONLY_TABLES = ("memory_versions", "audit_events")
 
 
@@ -95,7 +115,7 @@ def upgrade() -> None:
     op.create_table('audit_events',
     sa.Column('id', sa.BigInteger(), sa.Identity(always=True), nullable=False),
     sa.Column('tenant_id', sa.UUID(), nullable=False),
-    sa.Column('seq', sa.BigInteger(), nullable=False),
+    sa.Column('seq', sa.BigInteger(), nullable=True),
     sa.Column('actor', sa.String(length=200), nullable=False),
     sa.Column('action', sa.String(length=100), nullable=False),
     sa.Column('target_type', sa.String(length=50), nullable=True),
@@ -103,13 +123,14 @@ def upgrade() -> None:
     sa.Column('request_id', sa.String(length=100), nullable=True),
     sa.Column('summary', postgresql.JSONB(astext_type=sa.Text()), server_default='{}', nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.Column('prev_hash', sa.String(length=64), nullable=False),
-    sa.Column('hash', sa.String(length=64), nullable=False),
+    sa.Column('prev_hash', sa.String(length=64), nullable=True),
+    sa.Column('hash', sa.String(length=64), nullable=True),
     sa.ForeignKeyConstraint(['tenant_id'], ['tenants.id'], name=op.f('fk_audit_events_tenant_id_tenants'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_audit_events'))
     )
     op.create_index('ix_audit_events_tenant_time', 'audit_events', ['tenant_id', 'created_at'], unique=False)
     op.create_index('uq_audit_events_tenant_seq', 'audit_events', ['tenant_id', 'seq'], unique=True)
+    op.create_index('ix_audit_events_unsealed', 'audit_events', ['tenant_id', 'id'], unique=False, postgresql_where=sa.text('hash IS NULL'))
     op.create_table('audit_heads',
     sa.Column('tenant_id', sa.UUID(), nullable=False),
     sa.Column('seq', sa.BigInteger(), server_default='0', nullable=False),
@@ -236,11 +257,16 @@ def upgrade() -> None:
     )
     op.execute(APPEND_ONLY_FUNCTION)
     op.execute(CHANGESET_FUNCTION)
+    op.execute(AUDIT_FUNCTION)
+    op.execute(
+        "CREATE TRIGGER memory_versions_append_only BEFORE UPDATE OR DELETE ON memory_versions "
+        "FOR EACH ROW EXECUTE FUNCTION memstore_forbid_history_change()"
+    )
+    op.execute(
+        "CREATE TRIGGER audit_events_append_only BEFORE UPDATE OR DELETE ON audit_events "
+        "FOR EACH ROW EXECUTE FUNCTION memstore_audit_seal_only()"
+    )
     for table in APPEND_ONLY_TABLES:
-        op.execute(
-            f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "
-            "FOR EACH ROW EXECUTE FUNCTION memstore_forbid_history_change()"
-        )
         op.execute(
             f"CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table} "
             "FOR EACH STATEMENT EXECUTE FUNCTION memstore_forbid_history_change()"
@@ -257,6 +283,7 @@ def downgrade() -> None:
         op.execute(f"DROP TRIGGER IF EXISTS {table}_no_truncate ON {table}")
         op.execute(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}")
     op.execute("DROP FUNCTION IF EXISTS memstore_changeset_status_only()")
+    op.execute("DROP FUNCTION IF EXISTS memstore_audit_seal_only()")
     op.execute("DROP FUNCTION IF EXISTS memstore_forbid_history_change()")
     op.drop_table('scopes')
     op.drop_index('uq_memory_versions_memory_version', table_name='memory_versions')
@@ -275,6 +302,7 @@ def downgrade() -> None:
     op.drop_index('ix_changesets_scope_time', table_name='changesets')
     op.drop_table('changesets')
     op.drop_table('audit_heads')
+    op.drop_index('ix_audit_events_unsealed', table_name='audit_events', postgresql_where=sa.text('hash IS NULL'))
     op.drop_index('uq_audit_events_tenant_seq', table_name='audit_events')
     op.drop_index('ix_audit_events_tenant_time', table_name='audit_events')
     op.drop_table('audit_events')

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, cast
 
-from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AuditEvent, AuditHead
@@ -17,10 +18,15 @@ class AuditRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
+    async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Unsealed events, in one statement."""
+        if rows:
+            await self.session.execute(insert(cast("Table", AuditEvent.__table__)), list(rows))
+
     async def lock_head(self, tenant_id: uuid.UUID) -> AuditHead:
-        """The tenant's chain head, row-locked until the transaction ends (appends are serialised)."""
+        """The tenant's chain head, row-locked until the transaction ends (sealers are serialised)."""
         await self.session.execute(
-            insert(AuditHead)
+            pg_insert(AuditHead)
             .values(tenant_id=tenant_id, seq=0, hash=GENESIS_HASH)
             .on_conflict_do_nothing(index_elements=[AuditHead.tenant_id])
         )
@@ -31,16 +37,55 @@ class AuditRepository:
         return head
 
     async def head(self, tenant_id: uuid.UUID) -> AuditHead | None:
-        return await self.session.get(AuditHead, tenant_id)
+        return await self.session.get(AuditHead, tenant_id, populate_existing=True)
 
-    def add(self, event: AuditEvent) -> None:
-        self.session.add(event)
+    async def unsealed(self, tenant_id: uuid.UUID, limit: int) -> Sequence[AuditEvent]:
+        result = await self.session.scalars(
+            select(AuditEvent)
+            .where(AuditEvent.tenant_id == tenant_id, AuditEvent.hash.is_(None))
+            .order_by(AuditEvent.id)
+            .limit(limit)
+        )
+        return result.all()
 
-    async def stream(self, tenant_id: uuid.UUID, batch: int = 1000) -> AsyncIterator[AuditEvent]:
-        """Every event of a tenant in chain order."""
+    async def seal(self, seals: Sequence[dict[str, Any]]) -> None:
+        """Write chain positions and hashes of unsealed events (the trigger allows this once)."""
+        if not seals:
+            return
+        stmt = (
+            update(AuditEvent)
+            .where(AuditEvent.id == bindparam("event_id"))
+            .values(
+                seq=bindparam("new_seq"), prev_hash=bindparam("new_prev_hash"), hash=bindparam("new_hash")
+            )
+        )
+        conn = await self.session.connection()
+        await conn.execute(stmt, list(seals))
+
+    async def tenants_with_unsealed(self, limit: int = 1000) -> Sequence[uuid.UUID]:
+        result = await self.session.scalars(
+            select(AuditEvent.tenant_id)
+            .where(AuditEvent.hash.is_(None))
+            .group_by(AuditEvent.tenant_id)
+            .limit(limit)
+        )
+        return result.all()
+
+    async def count_unsealed(self, tenant_id: uuid.UUID) -> int:
+        return int(
+            await self.session.scalar(
+                select(func.count())
+                .select_from(AuditEvent)
+                .where(AuditEvent.tenant_id == tenant_id, AuditEvent.hash.is_(None))
+            )
+            or 0
+        )
+
+    async def stream_sealed(self, tenant_id: uuid.UUID, batch: int = 1000) -> AsyncIterator[AuditEvent]:
+        """Every sealed event of a tenant in chain order."""
         result = await self.session.stream_scalars(
             select(AuditEvent)
-            .where(AuditEvent.tenant_id == tenant_id)
+            .where(AuditEvent.tenant_id == tenant_id, AuditEvent.hash.is_not(None))
             .order_by(AuditEvent.seq)
             .execution_options(yield_per=batch)
         )

@@ -1,4 +1,9 @@
-"""Recording and verifying audit events."""
+"""Recording, sealing and verifying audit events.
+
+Recording is a plain insert inside the caller's transaction, so audited writes of one tenant never
+wait for each other. Sealing links committed events into the tenant's hash chain in `id` order; the
+workers run it every few seconds and `verify_chain` runs it first, so the unsealed tail is short.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,34 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.db.models import AuditEvent
 from app.domain.audit.chain import GENESIS_HASH, event_hash
 from app.domain.audit.repositories import AuditRepository
+
+
+def event_row(
+    *,
+    tenant_id: uuid.UUID,
+    actor: str,
+    action: str,
+    target_type: str | None = None,
+    target_id: str | None = None,
+    request_id: str | None = None,
+    summary: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The columns of a new, unsealed event (for bulk inserts)."""
+    return {
+        "tenant_id": tenant_id,
+        "actor": actor,
+        "action": action,
+        "target_type": target_type,
+        "target_id": target_id,
+        "request_id": request_id,
+        "summary": summary or {},
+        "created_at": datetime.now(UTC),
+    }
 
 
 async def record_event(
@@ -25,44 +53,59 @@ async def record_event(
     request_id: str | None = None,
     summary: dict[str, Any] | None = None,
 ) -> AuditEvent:
-    """Append one event to the tenant's chain inside the caller's transaction.
+    """Add one event to the caller's transaction; it commits (or rolls back) with the change it records."""
+    event = AuditEvent(
+        **event_row(
+            tenant_id=tenant_id,
+            actor=actor,
+            action=action,
+            target_type=target_type,
+            target_id=target_id,
+            request_id=request_id,
+            summary=summary,
+        )
+    )
+    session.add(event)
+    return event
 
-    Call it last in a transaction: it holds the tenant's chain head locked until commit.
-    """
+
+async def seal_chain(session: AsyncSession, tenant_id: uuid.UUID, limit: int = 5000) -> int:
+    """Link up to `limit` unsealed events of a tenant into its chain; returns how many were sealed."""
     repo = AuditRepository(session)
     head = await repo.lock_head(tenant_id)
-    seq = head.seq + 1
-    created = datetime.now(UTC)
-    summary = summary or {}
-    digest = event_hash(
-        tenant_id=tenant_id,
-        seq=seq,
-        prev_hash=head.hash,
-        actor=actor,
-        action=action,
-        target_type=target_type,
-        target_id=target_id,
-        request_id=request_id,
-        summary=summary,
-        created_at=created,
-    )
-    event = AuditEvent(
-        tenant_id=tenant_id,
-        seq=seq,
-        actor=actor,
-        action=action,
-        target_type=target_type,
-        target_id=target_id,
-        request_id=request_id,
-        summary=summary,
-        created_at=created,
-        prev_hash=head.hash,
-        hash=digest,
-    )
-    repo.add(event)
-    head.seq = seq
-    head.hash = digest
-    return event
+    events = await repo.unsealed(tenant_id, limit)
+    seq, prev = head.seq, head.hash
+    seals = []
+    for event in events:
+        seq += 1
+        digest = event_hash(
+            tenant_id=event.tenant_id,
+            seq=seq,
+            prev_hash=prev,
+            actor=event.actor,
+            action=event.action,
+            target_type=event.target_type,
+            target_id=event.target_id,
+            request_id=event.request_id,
+            summary=event.summary,
+            created_at=event.created_at,
+        )
+        seals.append({"event_id": event.id, "new_seq": seq, "new_prev_hash": prev, "new_hash": digest})
+        prev = digest
+    await repo.seal(seals)
+    head.seq, head.hash = seq, prev
+    return len(seals)
+
+
+async def seal_pending(engine: AsyncEngine) -> int:
+    """Seal every tenant's unsealed events, one transaction per tenant."""
+    async with AsyncSession(engine) as session:
+        tenants = await AuditRepository(session).tenants_with_unsealed()
+    total = 0
+    for tenant_id in tenants:
+        async with AsyncSession(engine, expire_on_commit=False) as session, session.begin():
+            total += await seal_chain(session, tenant_id)
+    return total
 
 
 @dataclass(frozen=True)
@@ -73,12 +116,15 @@ class ChainVerdict:
     checked: int
     broken_at_seq: int | None = None
     reason: str | None = None
+    unsealed: int = 0
 
 
 async def verify_chain(session: AsyncSession, tenant_id: uuid.UUID) -> ChainVerdict:
-    """Recompute every link; report the first event whose hash, link or position is wrong."""
+    """Recompute every link of the sealed chain; report the first event whose hash, link or position
+    is wrong. Events not yet sealed are counted, not checked."""
+    repo = AuditRepository(session)
     prev_hash, expected_seq, checked = GENESIS_HASH, 1, 0
-    async for event in AuditRepository(session).stream(tenant_id):
+    async for event in repo.stream_sealed(tenant_id):
         if event.seq != expected_seq:
             return ChainVerdict(False, checked, expected_seq, "missing or inserted event")
         if event.prev_hash != prev_hash:
@@ -97,9 +143,11 @@ async def verify_chain(session: AsyncSession, tenant_id: uuid.UUID) -> ChainVerd
         )
         if recomputed != event.hash:
             return ChainVerdict(False, checked, event.seq, "event content does not match its hash")
+        assert event.hash is not None
         prev_hash, expected_seq, checked = event.hash, expected_seq + 1, checked + 1
-    head = await AuditRepository(session).head(tenant_id)
+    unsealed = await repo.count_unsealed(tenant_id)
+    head = await repo.head(tenant_id)
     if head is not None and (head.seq != checked or head.hash != prev_hash):
-        # The newest events were deleted: the chain is intact but shorter than its recorded head.
-        return ChainVerdict(False, checked, checked + 1, "events missing at the end of the chain")
-    return ChainVerdict(True, checked)
+        # The newest sealed events were deleted: the chain is intact but shorter than its head says.
+        return ChainVerdict(False, checked, checked + 1, "events missing at the end of the chain", unsealed)
+    return ChainVerdict(True, checked, unsealed=unsealed)

@@ -14,9 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.domain.accounts.auth import requires_any_role, requires_role
 from app.domain.accounts.services import Principal
 from app.domain.ingest import services
+from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.schemas import BatchAccepted, BatchIn, ChunkAccepted, ChunkIn, ChunkStatus
 from app.lib.errors import ApiError
-from app.server.dependencies import JobBuffer
 
 IdempotencyKey = Annotated[
     str | None, HeaderParameter(header="Idempotency-Key", required=False, max_length=200, min_length=1)
@@ -41,21 +41,14 @@ class ChunkController(Controller):
         self,
         data: JSONBody[ChunkIn],
         request: Request[Principal, Any, Any],
-        db_session: NamedDependency[AsyncSession],
-        job_buffer: NamedDependency[JobBuffer],
         idempotency_key: IdempotencyKey = None,
     ) -> Response[ChunkAccepted]:
         state = request.app.state
-        [result] = await services.accept_chunks(
-            db_session,
-            principal=request.user,
-            chunks=[(data, idempotency_key)],
-            settings=state.settings,
-            registry=state.writers,
-            request_id=request.state.get("request_id"),
+        services.validate_chunks([data], state.settings, state.writers)
+        batcher: IngestBatcher = state.ingest_batcher
+        [result] = await batcher.submit(
+            request.user, [(data, idempotency_key)], request.state.get("request_id")
         )
-        for function, kwargs in services.wake_up_jobs(request.user.tenant_id, [result]):
-            job_buffer.add(function, **kwargs)
         return Response(_accepted(result), status_code=HTTP_200_OK if result.replayed else HTTP_202_ACCEPTED)
 
     @post(
@@ -65,11 +58,7 @@ class ChunkController(Controller):
         summary="Accept several chunks at once, atomically, in order",
     )
     async def post_batch(
-        self,
-        data: JSONBody[BatchIn],
-        request: Request[Principal, Any, Any],
-        db_session: NamedDependency[AsyncSession],
-        job_buffer: NamedDependency[JobBuffer],
+        self, data: JSONBody[BatchIn], request: Request[Principal, Any, Any]
     ) -> BatchAccepted:
         state = request.app.state
         if len(data.chunks) > state.settings.max_batch_chunks:
@@ -79,16 +68,11 @@ class ChunkController(Controller):
                 status_code=422,
                 details={"field": "chunks", "max": state.settings.max_batch_chunks},
             )
-        results = await services.accept_chunks(
-            db_session,
-            principal=request.user,
-            chunks=[(c, c.idempotency_key) for c in data.chunks],
-            settings=state.settings,
-            registry=state.writers,
-            request_id=request.state.get("request_id"),
+        services.validate_chunks(data.chunks, state.settings, state.writers)
+        batcher: IngestBatcher = state.ingest_batcher
+        results = await batcher.submit(
+            request.user, [(c, c.idempotency_key) for c in data.chunks], request.state.get("request_id")
         )
-        for function, kwargs in services.wake_up_jobs(request.user.tenant_id, results):
-            job_buffer.add(function, **kwargs)
         return BatchAccepted(results=[_accepted(r) for r in results])
 
     @get("/{chunk_id:uuid}", guards=[requires_any_role("ingest", "read")], summary="A chunk's progress")

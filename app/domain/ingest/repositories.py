@@ -1,11 +1,12 @@
-"""SQL of chunks and scopes."""
+"""SQL of chunks and scopes. Ingestion writes in bulk: one statement per kind of row per batch."""
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
-from sqlalchemy import select, text
+from sqlalchemy import Table, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,21 +17,31 @@ class ScopeRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def next_seq(self, tenant_id: uuid.UUID, user_id: str) -> int:
-        """Allocate the scope's next sequence number.
+    async def allocate_seqs(
+        self, counts: dict[tuple[uuid.UUID, str], int]
+    ) -> dict[tuple[uuid.UUID, str], int]:
+        """Reserve `n` consecutive sequence numbers per scope; returns each scope's last one.
 
-        The scope row stays locked until commit, so concurrent chunks of one user commit in `seq`
-        order: a worker never sees seq n+1 committed while n is still in flight.
+        The scope rows stay locked until commit, so chunks of one user commit in `seq` order: a worker
+        never sees seq n+1 committed while n is still in flight. Rows are locked in key order, so two
+        concurrent batches cannot deadlock on them.
         """
-        stmt = (
-            insert(Scope)
-            .values(tenant_id=tenant_id, user_id=user_id, last_seq=1)
-            .on_conflict_do_update(
-                index_elements=[Scope.tenant_id, Scope.user_id], set_={"last_seq": Scope.last_seq + 1}
-            )
-            .returning(Scope.last_seq)
+        if not counts:
+            return {}
+        keys = sorted(counts)
+        table = cast("Table", Scope.__table__)
+        stmt = insert(table).values(
+            [
+                {"tenant_id": tenant_id, "user_id": user_id, "last_seq": counts[(tenant_id, user_id)]}
+                for tenant_id, user_id in keys
+            ]
         )
-        return int((await self.session.execute(stmt)).scalar_one())
+        upsert = stmt.on_conflict_do_update(
+            index_elements=[table.c.tenant_id, table.c.user_id],
+            set_={"last_seq": table.c.last_seq + stmt.excluded.last_seq},
+        ).returning(table.c.tenant_id, table.c.user_id, table.c.last_seq)
+        rows = await self.session.execute(upsert)
+        return {(r.tenant_id, r.user_id): int(r.last_seq) for r in rows}
 
 
 class ChunkRepository:
@@ -42,20 +53,30 @@ class ChunkRepository:
             select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.id == chunk_id)
         )
 
-    async def get_by_idempotency_key(self, tenant_id: uuid.UUID, key: str) -> Chunk | None:
-        return await self.session.scalar(
-            select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.idempotency_key == key)
+    async def by_idempotency_keys(
+        self, pairs: Sequence[tuple[uuid.UUID, str]]
+    ) -> dict[tuple[uuid.UUID, str], Chunk]:
+        if not pairs:
+            return {}
+        rows = await self.session.scalars(
+            select(Chunk).where(tuple_(Chunk.tenant_id, Chunk.idempotency_key).in_(list(pairs)))
         )
+        return {(c.tenant_id, c.idempotency_key): c for c in rows if c.idempotency_key is not None}
 
-    async def insert(self, values: dict[str, Any]) -> uuid.UUID | None:
-        """Insert a chunk; None if its idempotency key was taken meanwhile by a concurrent request."""
+    async def insert_many(self, rows: Sequence[dict[str, Any]]) -> set[uuid.UUID]:
+        """Insert chunks; returns the ids inserted (a row whose idempotency key was taken meanwhile by
+        another process is skipped)."""
+        if not rows:
+            return set()
+        # Core executemany on the table: SQLAlchemy sends it as one multi-row INSERT ... RETURNING.
+        table = cast("Table", Chunk.__table__)
         stmt = (
-            insert(Chunk)
-            .values(**values)
+            insert(table)
             .on_conflict_do_nothing(
-                index_elements=[Chunk.tenant_id, Chunk.idempotency_key],
+                index_elements=[table.c.tenant_id, table.c.idempotency_key],
                 index_where=text("idempotency_key IS NOT NULL"),
             )
-            .returning(Chunk.id)
+            .returning(table.c.id)
         )
-        return (await self.session.execute(stmt)).scalar_one_or_none()
+        result = await self.session.execute(stmt, list(rows))
+        return set(result.scalars().all())

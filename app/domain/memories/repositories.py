@@ -4,12 +4,52 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, cast
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import Table, bindparam, func, insert, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Changeset, Memory, MemoryVersion
+
+MEMORIES = cast("Table", Memory.__table__)
+VERSIONS = cast("Table", MemoryVersion.__table__)
+CHANGESETS = cast("Table", Changeset.__table__)
+
+
+@dataclass(frozen=True)
+class MemoryState:
+    """A memory's current head, without its vector (what the apply step needs to decide and record)."""
+
+    id: uuid.UUID
+    version: int
+    status: str
+    content: str
+    tags: tuple[str, ...]
+    owner: str
+    memory_at: datetime | None
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "content": self.content,
+            "tags": list(self.tags),
+            "owner": self.owner,
+            "status": self.status,
+            "memory_at": self.memory_at,
+        }
+
+    def change(self, changeset_id: uuid.UUID, **values: Any) -> dict[str, Any]:
+        """Parameters of the UPDATE that writes this memory's next version."""
+        return {
+            "b_id": self.id,
+            "b_version": self.version + 1,
+            "b_changeset_id": changeset_id,
+            "b_status": values.get("status", self.status),
+            "b_content": values.get("content", self.content),
+            "b_tags": values.get("tags", list(self.tags)),
+            "b_embedding": values.get("embedding"),
+        }
 
 
 class MemoryRepository:
@@ -44,40 +84,70 @@ class MemoryRepository:
 
     async def nearest_active(
         self, tenant_id: uuid.UUID, user_id: str, embedding: list[float], limit: int
-    ) -> Sequence[Memory]:
+    ) -> list[MemoryState]:
         """Exact nearest neighbours (cosine) among the scope's active memories."""
-        stmt = (
-            select(Memory)
-            .where(Memory.tenant_id == tenant_id, Memory.user_id == user_id, Memory.status == "active")
-            .order_by(Memory.embedding.cosine_distance(embedding), Memory.created_at)
+        m = MEMORIES.c
+        rows = await self.session.execute(
+            select(m.id, m.version, m.status, m.content, m.tags, m.owner, m.memory_at)
+            .where(m.tenant_id == tenant_id, m.user_id == user_id, m.status == "active")
+            .order_by(m.embedding.cosine_distance(embedding), m.created_at)
             .limit(limit)
         )
-        return (await self.session.scalars(stmt)).all()
+        return [
+            MemoryState(r.id, r.version, r.status, r.content, tuple(r.tags), r.owner, r.memory_at)
+            for r in rows
+        ]
 
-    async def lock(
+    async def lock_states(
         self, tenant_id: uuid.UUID, user_id: str, ids: Sequence[uuid.UUID]
-    ) -> dict[uuid.UUID, Memory]:
+    ) -> dict[uuid.UUID, MemoryState]:
         """Row-lock memories of one scope (in id order, so concurrent lockers cannot deadlock)."""
         if not ids:
             return {}
-        rows = await self.session.scalars(
-            select(Memory)
-            .where(Memory.tenant_id == tenant_id, Memory.user_id == user_id, Memory.id.in_(ids))
-            .order_by(Memory.id)
+        m = MEMORIES.c
+        rows = await self.session.execute(
+            select(m.id, m.version, m.status, m.content, m.tags, m.owner, m.memory_at)
+            .where(m.tenant_id == tenant_id, m.user_id == user_id, m.id.in_(ids))
+            .order_by(m.id)
             .with_for_update()
         )
-        return {m.id: m for m in rows}
+        return {
+            r.id: MemoryState(r.id, r.version, r.status, r.content, tuple(r.tags), r.owner, r.memory_at)
+            for r in rows
+        }
 
-    def add(self, memory: Memory) -> None:
-        self.session.add(memory)
+    async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            await self.session.execute(insert(MEMORIES), list(rows))
+
+    async def update_many(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Write new heads; an UPDATE keeps the old vector unless it brings a new one."""
+        if not rows:
+            return
+        m = MEMORIES.c
+        stmt = (
+            update(MEMORIES)
+            .where(m.id == bindparam("b_id"))
+            .values(
+                version=bindparam("b_version"),
+                status=bindparam("b_status"),
+                content=bindparam("b_content"),
+                tags=bindparam("b_tags"),
+                changeset_id=bindparam("b_changeset_id"),
+                updated_at=func.now(),
+                embedding=func.coalesce(bindparam("b_embedding", type_=m.embedding.type), m.embedding),
+            )
+        )
+        await (await self.session.connection()).execute(stmt, list(rows))
 
 
 class VersionRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    def add(self, version: MemoryVersion) -> None:
-        self.session.add(version)
+    async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            await self.session.execute(insert(VERSIONS), list(rows))
 
     async def history(self, tenant_id: uuid.UUID, memory_id: uuid.UUID) -> Sequence[MemoryVersion]:
         stmt = (
@@ -92,8 +162,8 @@ class ChangesetRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    def add(self, changeset: Changeset) -> None:
-        self.session.add(changeset)
+    async def insert(self, row: dict[str, Any]) -> None:
+        await self.session.execute(insert(CHANGESETS), [row])
 
     async def for_user(self, tenant_id: uuid.UUID, user_id: str) -> Sequence[Changeset]:
         stmt = (

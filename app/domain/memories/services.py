@@ -14,11 +14,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Changeset, Memory, MemoryVersion
-from app.domain.memories.repositories import ChangesetRepository, MemoryRepository, VersionRepository
+from app.db.models import Memory, MemoryVersion
+from app.domain.memories.repositories import (
+    ChangesetRepository,
+    MemoryRepository,
+    MemoryState,
+    VersionRepository,
+)
 from app.embeddings import Embedder
 from app.lib.errors import ApiError, NotFoundError
 from app.writers.base import Op, OpKind
@@ -50,7 +54,7 @@ class Provenance:
 
 @dataclass
 class ApplyOutcome:
-    changeset: Changeset
+    changeset_id: uuid.UUID
     applied: int = 0
     guards: list[dict[str, Any]] = field(default_factory=list)
 
@@ -59,50 +63,17 @@ def _guard(guards: list[dict[str, Any]], name: str, index: int, op: Op, detail: 
     guards.append({"guard": name, "op_index": index, "op": op.kind.value, "detail": detail})
 
 
-async def apply_ops(  # noqa: PLR0912, PLR0915  (one pass of guards, then one of writes)
-    session: AsyncSession,
-    *,
-    tenant_id: uuid.UUID,
-    user_id: str,
+_WRITES_CONTENT = (OpKind.ADD, OpKind.SUPERSEDE, OpKind.UPDATE)
+
+
+def _check_ops(  # noqa: PLR0912  (each guard is one branch)
     ops: Sequence[Op],
     shown: dict[int, Shown],
-    provenance: Provenance,
-    embedder: Embedder,
-    agent_id: str | None = None,
-    run_id: str | None = None,
-    memory_at: datetime | None = None,
-    raw_output: str | None = None,
-    usage: dict[str, Any] | None = None,
-    guards: list[dict[str, Any]] | None = None,
-) -> ApplyOutcome:
-    """Validate `ops` against what the writer was shown and write them; return the changeset.
-
-    Ops that name an id the writer was not shown, touch a memory twice, or target a memory that
-    changed since it was shown are dropped and recorded as guards on the changeset.
-    """
-    guards = list(guards or [])
-    memories, versions = MemoryRepository(session), VersionRepository(session)
-    changeset = Changeset(
-        id=uuid.uuid4(),
-        tenant_id=tenant_id,
-        user_id=user_id,
-        kind=provenance.kind,
-        chunk_id=provenance.chunk_id,
-        writer=provenance.writer,
-        model=provenance.model,
-        profile=provenance.profile,
-        prompt_hash=provenance.prompt_hash,
-        raw_output=raw_output,
-        usage=usage or {},
-        actor=provenance.actor,
-        reason=provenance.reason,
-        ops=[],
-        guards=[],
-    )
-    target_ids = {shown[t].memory_id for op in ops for t in op.targets if t in shown}
-    locked = await memories.lock(tenant_id, user_id, sorted(target_ids))
-
-    accepted: list[tuple[int, Op, list[Memory]]] = []
+    locked: dict[uuid.UUID, MemoryState],
+    guards: list[dict[str, Any]],
+) -> list[tuple[int, Op, list[MemoryState]]]:
+    """The ops that may be applied, each with its target memories; the rest become guards."""
+    accepted: list[tuple[int, Op, list[MemoryState]]] = []
     touched: set[uuid.UUID] = set()
     for index, op in enumerate(ops):
         unknown = [t for t in op.targets if t not in shown]
@@ -115,7 +86,7 @@ async def apply_ops(  # noqa: PLR0912, PLR0915  (one pass of guards, then one of
         if op.kind is OpKind.SUPERSEDE and not op.targets:
             _guard(guards, "bad_targets", index, op, "SUPERSEDE needs at least one target")
             continue
-        if op.kind in (OpKind.ADD, OpKind.UPDATE, OpKind.SUPERSEDE):
+        if op.kind in _WRITES_CONTENT:
             text = (op.content or "").strip()
             if not text or len(text) > MAX_MEMORY_CHARS:
                 _guard(guards, "bad_content", index, op, f"content must be 1..{MAX_MEMORY_CHARS} characters")
@@ -123,7 +94,7 @@ async def apply_ops(  # noqa: PLR0912, PLR0915  (one pass of guards, then one of
         if op.kind is OpKind.NOOP:
             accepted.append((index, op, []))
             continue
-        targets: list[Memory] = []
+        targets: list[MemoryState] = []
         problem = None
         for local_id in op.targets:
             memory = locked.get(shown[local_id].memory_id)
@@ -142,93 +113,166 @@ async def apply_ops(  # noqa: PLR0912, PLR0915  (one pass of guards, then one of
             continue
         touched.update(m.id for m in targets)
         accepted.append((index, op, targets))
+    return accepted
 
-    new_texts = [(op.content or "").strip() for _, op, _ in accepted if op.kind in _WRITES_CONTENT]
-    vectors = iter(await embedder.embed(new_texts)) if new_texts else iter(())
+
+async def apply_ops(
+    session: AsyncSession,
+    *,
+    tenant_id: uuid.UUID,
+    user_id: str,
+    ops: Sequence[Op],
+    shown: dict[int, Shown],
+    provenance: Provenance,
+    embedder: Embedder,
+    agent_id: str | None = None,
+    run_id: str | None = None,
+    memory_at: datetime | None = None,
+    raw_output: str | None = None,
+    usage: dict[str, Any] | None = None,
+    guards: list[dict[str, Any]] | None = None,
+    changeset_id: uuid.UUID | None = None,
+) -> ApplyOutcome:
+    """Validate `ops` against what the writer was shown and write them; return the changeset.
+
+    Ops that name an id the writer was not shown, touch a memory twice, or target a memory that
+    changed since it was shown are dropped and recorded as guards on the changeset. Writes are a
+    handful of bulk statements, whatever the number of ops.
+    """
+    guards = list(guards or [])
+    memories = MemoryRepository(session)
+    target_ids = {shown[t].memory_id for op in ops for t in op.targets if t in shown}
+    locked = await memories.lock_states(tenant_id, user_id, sorted(target_ids))
+    accepted = _check_ops(ops, shown, locked, guards)
+
+    changeset_id = changeset_id or uuid.uuid4()
+    texts = [(op.content or "").strip() for _, op, _ in accepted if op.kind in _WRITES_CONTENT]
+    vectors = iter(await embedder.embed(texts)) if texts else iter(())
+    new_rows: list[dict[str, Any]] = []
+    changed_rows: list[dict[str, Any]] = []
+    version_rows: list[dict[str, Any]] = []
     recorded: list[dict[str, Any]] = []
-    applied = 0
+    base = {
+        "tenant_id": tenant_id,
+        "user_id": user_id,
+        "changeset_id": changeset_id,
+        "chunk_id": provenance.chunk_id,
+        "writer": provenance.writer,
+        "model": provenance.model,
+        "profile": provenance.profile,
+        "prompt_hash": provenance.prompt_hash,
+        "actor": provenance.actor,
+    }
 
-    def version_row(memory: Memory, op: str, **links: Any) -> MemoryVersion:
-        return MemoryVersion(
-            tenant_id=tenant_id,
-            user_id=user_id,
-            memory_id=memory.id,
-            version=memory.version,
-            op=op,
-            content=memory.content,
-            tags=list(memory.tags),
-            owner=memory.owner,
-            status=memory.status,
-            memory_at=memory.memory_at,
-            embedding=memory.embedding,
-            changeset_id=changeset.id,
-            chunk_id=provenance.chunk_id,
-            writer=provenance.writer,
-            model=provenance.model,
-            profile=provenance.profile,
-            prompt_hash=provenance.prompt_hash,
-            actor=provenance.actor,
-            reason=links.pop("reason", None) or provenance.reason,
-            **links,
+    def version(
+        memory_id: uuid.UUID,
+        number: int,
+        op: str,
+        state: dict[str, Any],
+        reason: str | None,
+        embedding: list[float] | None = None,
+        supersedes: list[uuid.UUID] | None = None,
+        superseded_by: uuid.UUID | None = None,
+    ) -> None:
+        version_rows.append(
+            {
+                **base,
+                "memory_id": memory_id,
+                "version": number,
+                "op": op,
+                "content": state["content"],
+                "tags": state["tags"],
+                "owner": state["owner"],
+                "status": state["status"],
+                "memory_at": state["memory_at"],
+                "embedding": embedding,
+                "supersedes": supersedes,
+                "superseded_by": superseded_by,
+                "reason": reason or provenance.reason,
+            }
         )
 
+    applied = 0
     for index, op, targets in accepted:
         entry: dict[str, Any] = {"index": index, **op.as_json(), "targets": [str(m.id) for m in targets]}
-        if op.kind is OpKind.NOOP:
-            recorded.append(entry)
-            continue
-        if op.kind in (OpKind.ADD, OpKind.SUPERSEDE):
-            memory = Memory(
-                id=uuid.uuid4(),
-                tenant_id=tenant_id,
-                user_id=user_id,
-                agent_id=agent_id,
-                run_id=run_id,
-                content=(op.content or "").strip(),
-                tags=list(op.tags),
-                owner=op.owner,
-                memory_at=memory_at,
-                status="active",
-                version=1,
-                embedding=next(vectors),
-                changeset_id=changeset.id,
-            )
-            memories.add(memory)
-            versions.add(
-                version_row(memory, "ADD", supersedes=[m.id for m in targets] or None, reason=op.reason)
-            )
-            for old in targets:  # SUPERSEDE: the replaced memories get a new, superseded version
-                old.status, old.version, old.changeset_id = "superseded", old.version + 1, changeset.id
-                old.updated_at = func.now()
-                versions.add(version_row(old, "SUPERSEDE", superseded_by=memory.id, reason=op.reason))
-            entry["memory_id"] = str(memory.id)
-        elif op.kind is OpKind.UPDATE:
-            memory = targets[0]
-            memory.content = (op.content or "").strip()
-            memory.version, memory.changeset_id = memory.version + 1, changeset.id
-            memory.embedding = next(vectors)
-            if op.tags:
-                memory.tags = list(op.tags)
-            memory.updated_at = func.now()
-            versions.add(version_row(memory, "UPDATE", reason=op.reason))
-            entry["memory_id"] = str(memory.id)
-        elif op.kind is OpKind.DELETE:
-            memory = targets[0]
-            memory.status, memory.version, memory.changeset_id = "deleted", memory.version + 1, changeset.id
-            memory.updated_at = func.now()
-            versions.add(version_row(memory, "DELETE", reason=op.reason))
-            entry["memory_id"] = str(memory.id)
-        applied += 1
         recorded.append(entry)
+        if op.kind is OpKind.NOOP:
+            continue
+        applied += 1
+        if op.kind in (OpKind.ADD, OpKind.SUPERSEDE):
+            memory_id, embedding = uuid.uuid4(), next(vectors)
+            state = {
+                "content": (op.content or "").strip(),
+                "tags": list(op.tags),
+                "owner": op.owner,
+                "status": "active",
+                "memory_at": memory_at,
+            }
+            new_rows.append(
+                {
+                    "id": memory_id,
+                    "tenant_id": tenant_id,
+                    "user_id": user_id,
+                    "agent_id": agent_id,
+                    "run_id": run_id,
+                    "version": 1,
+                    "embedding": embedding,
+                    "changeset_id": changeset_id,
+                    **state,
+                }
+            )
+            version(
+                memory_id, 1, "ADD", state, op.reason, embedding, supersedes=[m.id for m in targets] or None
+            )
+            for old in targets:  # SUPERSEDE: each replaced memory gets a new, superseded version
+                old_state = old.state() | {"status": "superseded"}
+                changed_rows.append(old.change(changeset_id, status="superseded"))
+                version(old.id, old.version + 1, "SUPERSEDE", old_state, op.reason, superseded_by=memory_id)
+            entry["memory_id"] = str(memory_id)
+        elif op.kind is OpKind.UPDATE:
+            old = targets[0]
+            embedding = next(vectors)
+            content = (op.content or "").strip()
+            tags = list(op.tags) or list(old.tags)
+            changed_rows.append(old.change(changeset_id, content=content, tags=tags, embedding=embedding))
+            version(
+                old.id,
+                old.version + 1,
+                "UPDATE",
+                old.state() | {"content": content, "tags": tags},
+                op.reason,
+                embedding,
+            )
+            entry["memory_id"] = str(old.id)
+        elif op.kind is OpKind.DELETE:
+            old = targets[0]
+            changed_rows.append(old.change(changeset_id, status="deleted"))
+            version(old.id, old.version + 1, "DELETE", old.state() | {"status": "deleted"}, op.reason)
+            entry["memory_id"] = str(old.id)
 
-    changeset.ops = recorded
-    changeset.guards = guards
-    ChangesetRepository(session).add(changeset)
-    await session.flush()
-    return ApplyOutcome(changeset=changeset, applied=applied, guards=guards)
-
-
-_WRITES_CONTENT = (OpKind.ADD, OpKind.SUPERSEDE, OpKind.UPDATE)
+    await ChangesetRepository(session).insert(
+        {
+            "id": changeset_id,
+            "tenant_id": tenant_id,
+            "user_id": user_id,
+            "kind": provenance.kind,
+            "chunk_id": provenance.chunk_id,
+            "writer": provenance.writer,
+            "model": provenance.model,
+            "profile": provenance.profile,
+            "prompt_hash": provenance.prompt_hash,
+            "raw_output": raw_output,
+            "usage": usage or {},
+            "actor": provenance.actor,
+            "reason": provenance.reason,
+            "ops": recorded,
+            "guards": guards,
+        }
+    )
+    await memories.insert_many(new_rows)
+    await memories.update_many(changed_rows)
+    await VersionRepository(session).insert_many(version_rows)
+    return ApplyOutcome(changeset_id=changeset_id, applied=applied, guards=guards)
 
 
 # --- reading -------------------------------------------------------------------------------------

@@ -23,13 +23,12 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.config import Settings
-from app.db.models import Chunk
 from app.domain.audit.services import record_event
 from app.domain.memories.repositories import MemoryRepository
 from app.domain.memories.services import Provenance, Shown, apply_ops
-from app.domain.pipeline.repositories import PipelineRepository
+from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.embeddings import Embedder
-from app.writers.base import Candidate, Message, WriteRequest, WriterError, WriteResult
+from app.writers.base import Candidate, Message, WriteRequest, WriterError
 from app.writers.registry import WriterRegistry
 
 log = structlog.get_logger(__name__)
@@ -124,32 +123,37 @@ async def _unlock(conn: AsyncConnection, key: int) -> None:
 async def _process_next(
     conn: AsyncConnection, deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: ScopeRun
 ) -> bool:
-    """Handle the scope's next chunk; False when there is nothing (ready) left."""
+    """Handle the scope's next chunk; False when there is nothing (ready) left.
+
+    Two transactions per chunk: one takes the chunk (attempts + 1, so a chunk that kills its worker
+    is eventually failed) and gathers what the writer sees; one applies the result and marks the
+    chunk applied. Nothing is held open while the writer thinks.
+    """
     settings = deps.settings
     async with AsyncSession(bind=conn, expire_on_commit=False) as session:
         repo = PipelineRepository(session)
-        chunk = await repo.next_pending(tenant_id, user_id)
-        if chunk is None:
+        chunk = await repo.claim_next(tenant_id, user_id, settings.max_attempts)
+        if chunk is None:  # the common case is an empty scope; otherwise find out why
+            pending = await repo.next_pending(tenant_id, user_id)
+            if pending is None:
+                await session.commit()
+                return False
+            if pending.attempts >= settings.max_attempts:
+                # Every attempt so far ended with the worker dying mid-way (a poison chunk): give up on it.
+                await _fail(
+                    session, deps, pending, f"gave up after {pending.attempts} attempts", None, final=True
+                )
+                await session.commit()
+                run.failed += 1
+                return True
+            run.retry_at = pending.available_at
             await session.commit()
             return False
-        now = datetime.now(UTC)
-        if chunk.available_at > now:
-            run.retry_at = chunk.available_at
-            await session.commit()
-            return False
-        if chunk.attempts >= settings.max_attempts:
-            # Every attempt so far ended with the worker dying mid-way (a poison chunk): give up on it.
-            await _fail(session, deps, chunk, f"gave up after {chunk.attempts} attempts", None, final=True)
-            await session.commit()
-            run.failed += 1
-            return True
-        chunk.status, chunk.attempts = "processing", chunk.attempts + 1
-        chunk.updated_at = func.now()
-        await session.commit()
-
+        attempt = chunk.attempts
         writer = deps.writers.get(chunk.writer or "default")
         request, shown = await _build_request(session, conn, deps, chunk)
         await session.commit()  # no snapshot or lock is held while the writer thinks
+
         log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
         error: str | None = None
         raw: str | None = None
@@ -163,103 +167,90 @@ async def _process_next(
         except Exception as exc:  # noqa: BLE001  (any writer bug is a failed attempt, not a dead worker)
             error = f"writer raised {type(exc).__name__}: {exc}"
 
-        locked = await PipelineRepository(session).lock_chunk(chunk.id)
-        if locked.status == "applied":  # applied meanwhile by an earlier delivery: nothing to do
-            await session.commit()
-            run.skipped += 1
-            return True
         if error is not None:
-            final = locked.attempts >= settings.max_attempts
-            await _fail(session, deps, locked, error, raw, final=final)
+            final = attempt >= settings.max_attempts
+            retry_at = None if final else datetime.now(UTC) + backoff(settings, attempt)
+            await _fail(session, deps, chunk, error, raw, final=final, attempt=attempt, retry_at=retry_at)
             await session.commit()
             if final:
                 run.failed += 1
                 return True
             run.retried += 1
-            run.retry_at = locked.available_at
+            run.retry_at = retry_at
             return False
-        await _apply(
+
+        changeset_id = uuid.uuid4()
+        if not await repo.mark_applied(chunk.id, changeset_id):  # applied meanwhile by an earlier delivery
+            await session.rollback()
+            run.skipped += 1
+            return True
+        outcome = await apply_ops(
             session,
-            deps,
-            writer_name=writer.name,
-            writer_model=writer.model,
-            writer_profile=writer.profile,
-            chunk=locked,
-            result=result,
+            tenant_id=chunk.tenant_id,
+            user_id=chunk.user_id,
+            ops=result.ops,
             shown=shown,
+            provenance=Provenance(
+                actor=deps.actor,
+                kind="writer",
+                writer=writer.name,
+                model=writer.model,
+                profile=writer.profile,
+                prompt_hash=result.prompt_hash,
+                chunk_id=chunk.id,
+            ),
+            embedder=deps.embedder,
+            agent_id=chunk.agent_id,
+            run_id=chunk.run_id,
+            memory_at=_memory_at(chunk),
+            raw_output=result.raw_output,
+            usage=result.usage,
+            changeset_id=changeset_id,
+        )
+        await record_event(
+            session,
+            tenant_id=chunk.tenant_id,
+            actor=deps.actor,
+            action="chunk.applied",
+            target_type="chunk",
+            target_id=str(chunk.id),
+            summary={
+                "seq": chunk.seq,
+                "changeset_id": str(changeset_id),
+                "applied": outcome.applied,
+                "guards": len(outcome.guards),
+            },
         )
         await session.commit()
+        log.info(
+            "chunk.applied",
+            chunk_id=str(chunk.id),
+            seq=chunk.seq,
+            ops=outcome.applied,
+            guards=len(outcome.guards),
+        )
         run.applied += 1
         return True
 
 
-async def _apply(
+async def _fail(
     session: AsyncSession,
     deps: PipelineDeps,
+    chunk: ChunkRow,
+    error: str,
+    raw: str | None,
     *,
-    writer_name: str,
-    writer_model: str | None,
-    writer_profile: str | None,
-    chunk: Chunk,
-    result: WriteResult,
-    shown: dict[int, Shown],
+    final: bool,
+    attempt: int | None = None,
+    retry_at: datetime | None = None,
 ) -> None:
-    outcome = await apply_ops(
-        session,
-        tenant_id=chunk.tenant_id,
-        user_id=chunk.user_id,
-        ops=result.ops,
-        shown=shown,
-        provenance=Provenance(
-            actor=deps.actor,
-            kind="writer",
-            writer=writer_name,
-            model=writer_model,
-            profile=writer_profile,
-            prompt_hash=result.prompt_hash,
-            chunk_id=chunk.id,
-        ),
-        embedder=deps.embedder,
-        agent_id=chunk.agent_id,
-        run_id=chunk.run_id,
-        memory_at=_memory_at(chunk),
-        raw_output=result.raw_output,
-        usage=result.usage,
+    attempts = attempt if attempt is not None else chunk.attempts
+    recorded = await PipelineRepository(session).mark_failed_attempt(
+        chunk.id, error=error[:_MAX_ERROR_CHARS], raw_output=raw, final=final, available_at=retry_at
     )
-    chunk.status, chunk.changeset_id, chunk.last_error = "applied", outcome.changeset.id, None
-    chunk.applied_at = func.now()
-    chunk.updated_at = func.now()
-    await record_event(
-        session,
-        tenant_id=chunk.tenant_id,
-        actor=deps.actor,
-        action="chunk.applied",
-        target_type="chunk",
-        target_id=str(chunk.id),
-        summary={
-            "seq": chunk.seq,
-            "changeset_id": str(outcome.changeset.id),
-            "applied": outcome.applied,
-            "guards": len(outcome.guards),
-        },
-    )
-    log.info(
-        "chunk.applied",
-        chunk_id=str(chunk.id),
-        seq=chunk.seq,
-        ops=outcome.applied,
-        guards=len(outcome.guards),
-    )
-
-
-async def _fail(
-    session: AsyncSession, deps: PipelineDeps, chunk: Chunk, error: str, raw: str | None, *, final: bool
-) -> None:
-    chunk.last_error = error[:_MAX_ERROR_CHARS]
-    chunk.raw_output = raw
-    chunk.updated_at = func.now()
+    if not recorded:
+        return
     if final:
-        chunk.status = "failed"
         await record_event(
             session,
             tenant_id=chunk.tenant_id,
@@ -267,25 +258,21 @@ async def _fail(
             action="chunk.failed",
             target_type="chunk",
             target_id=str(chunk.id),
-            summary={"seq": chunk.seq, "attempts": chunk.attempts, "error": error[:200]},
+            summary={"seq": chunk.seq, "attempts": attempts, "error": error[:200]},
         )
-        log.warning(
-            "chunk.failed", chunk_id=str(chunk.id), seq=chunk.seq, attempts=chunk.attempts, error=error
-        )
+        log.warning("chunk.failed", chunk_id=str(chunk.id), seq=chunk.seq, attempts=attempts, error=error)
     else:
-        chunk.status = "queued"
-        chunk.available_at = datetime.now(UTC) + backoff(deps.settings, chunk.attempts)
         log.info(
             "chunk.retry_scheduled",
             chunk_id=str(chunk.id),
             seq=chunk.seq,
-            attempts=chunk.attempts,
+            attempts=attempts,
             error=error,
-            at=chunk.available_at.isoformat(),
+            at=retry_at.isoformat() if retry_at else None,
         )
 
 
-def _memory_at(chunk: Chunk) -> datetime:
+def _memory_at(chunk: ChunkRow) -> datetime:
     stamps = [m.get("created_at") for m in chunk.messages if m.get("created_at")]
     if stamps:
         with contextlib.suppress(ValueError):
@@ -304,7 +291,7 @@ def _message(raw: dict[str, Any]) -> Message:
 
 
 async def _build_request(
-    session: AsyncSession, conn: AsyncConnection, deps: PipelineDeps, chunk: Chunk
+    session: AsyncSession, conn: AsyncConnection, deps: PipelineDeps, chunk: ChunkRow
 ) -> tuple[WriteRequest, dict[int, Shown]]:
     """The writer's view: new messages, recent context, and related memories under local ids."""
     settings = deps.settings
@@ -316,33 +303,34 @@ async def _build_request(
     candidates: list[Candidate] = []
     by_memory: dict[uuid.UUID, int] = {}
 
-    async def find(queries: list[str]) -> tuple[Candidate, ...]:
-        """Nearest active memories for each query; ids stay stable across calls within one write."""
+    async def search(repo: MemoryRepository, queries: list[str]) -> tuple[Candidate, ...]:
         found: list[Candidate] = []
-        vectors = await deps.embedder.embed([q for q in queries if q.strip()])
-        async with AsyncSession(bind=conn, expire_on_commit=False) as search_session:
-            repo = MemoryRepository(search_session)
-            for vector in vectors:
-                for memory in await repo.nearest_active(
-                    chunk.tenant_id, chunk.user_id, vector, settings.candidate_limit
-                ):
-                    if memory.id not in by_memory:
-                        local_id = len(shown)
-                        by_memory[memory.id] = local_id
-                        shown[local_id] = Shown(memory.id, memory.version)
-                        candidates.append(
-                            Candidate(
-                                local_id, memory.content, tuple(memory.tags), memory.owner, memory.memory_at
-                            )
-                        )
-                    found.append(candidates[by_memory[memory.id]])
-            await search_session.commit()
+        for vector in await deps.embedder.embed([q for q in queries if q.strip()]):
+            nearest = await repo.nearest_active(
+                chunk.tenant_id, chunk.user_id, vector, settings.candidate_limit
+            )
+            for memory in nearest:
+                if memory.id not in by_memory:
+                    local_id = len(shown)
+                    by_memory[memory.id] = local_id
+                    shown[local_id] = Shown(memory.id, memory.version)
+                    candidates.append(
+                        Candidate(local_id, memory.content, memory.tags, memory.owner, memory.memory_at)
+                    )
+                found.append(candidates[by_memory[memory.id]])
         return tuple(dict.fromkeys(found))
+
+    async def find(queries: list[str]) -> tuple[Candidate, ...]:
+        """More candidates, for writers that search after extracting; local ids stay stable."""
+        async with AsyncSession(bind=conn, expire_on_commit=False) as search_session:
+            found = await search(MemoryRepository(search_session), queries)
+            await search_session.commit()
+        return found
 
     user_text = "\n".join(m.content for m in messages if m.role == "user") or "\n".join(
         m.content for m in messages
     )
-    initial = await find([user_text])
+    initial = await search(MemoryRepository(session), [user_text])
     request = WriteRequest(
         user_id=chunk.user_id,
         agent_id=chunk.agent_id,

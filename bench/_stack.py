@@ -1,0 +1,214 @@
+"""Shared helpers for the benchmarks: a `memstore up` started in a throwaway data dir, and ways to look at it.
+
+`running_stack()` starts the whole service as an operator would (embedded Postgres + Redis, migrations,
+API, workers), waits for `/ready`, and stops it with SIGINT on exit, killing anything left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+from app.lib.embedded import EmbeddedPostgres, EmbeddedRedis
+
+ADMIN_KEY = "ms_bench_admin_key_0123456789abcdef"
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def role_of(proc: psutil.Process) -> str:
+    """What a process of the stack is, from its command line."""
+    cmd = " ".join(proc.cmdline())
+    if "redis-server" in cmd:
+        return "redis"
+    if "postgres" in proc.name() or "postgres:" in cmd:
+        return "postgres"
+    if " serve" in cmd or "multiprocessing" in cmd:
+        return "api"
+    if " worker" in cmd:
+        return "worker"
+    return "supervisor"
+
+
+def cpu_seconds(procs: list[psutil.Process]) -> float:
+    """User + system CPU time of `procs` (and their children that have exited and been waited for)."""
+    total = 0.0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def _stop(proc: subprocess.Popen[bytes], family: list[psutil.Process], timeout_s: float) -> int:
+    """SIGINT `proc`, wait for it, then kill whatever of `family` is still alive."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        print(f"  ! pid {proc.pid} still running {timeout_s:.0f} s after SIGINT; killing it", file=sys.stderr)
+        proc.kill()
+        code = proc.wait(10)
+    _, alive = psutil.wait_procs(family, timeout=5)
+    for straggler in alive:
+        with contextlib.suppress(psutil.Error):
+            print(f"  ! killing leftover pid {straggler.pid} ({role_of(straggler)})", file=sys.stderr)
+            straggler.kill()
+    return code
+
+
+@dataclass
+class Stack:
+    """A running `memstore up`: where to reach it and how to look inside."""
+
+    base_url: str
+    admin_headers: dict[str, str]
+    data_dir: Path
+    pg_socket_dir: Path
+    database_url: str
+    """SQLAlchemy URL (what `MEMSTORE_DATABASE_URL` takes)."""
+    dsn: str
+    """libpq URL, for asyncpg.connect() and psql."""
+    redis_url: str
+    log_file: Path
+    env: dict[str, str]
+    """Environment of the `memstore up` process (MEMSTORE_* of the caller stripped)."""
+    process: subprocess.Popen[bytes]
+    extra: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def family(self) -> list[psutil.Process]:
+        """The supervisor and every process under it (Postgres and its backends included)."""
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(self.process.pid)
+            return [root, *root.children(recursive=True)]
+        return []
+
+    def create_key(self, name: str = "bench", roles: tuple[str, ...] = ("ingest", "read")) -> str:
+        response = httpx.post(
+            f"{self.base_url}/v1/admin/keys",
+            headers=self.admin_headers,
+            json={"name": name, "roles": list(roles)},
+            timeout=30,
+        )
+        response.raise_for_status()
+        return str(response.json()["key"])
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        """One more `python -m app worker` against this stack's Postgres and Redis (stopped on exit)."""
+        env = {**self.env, "MEMSTORE_DATABASE_URL": self.database_url, "MEMSTORE_REDIS_URL": self.redis_url}
+        with self.log_file.open("ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "app", "worker"],
+                env=env,
+                cwd=self.data_dir.parent,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.extra.append(proc)
+        return proc
+
+    def log_tail(self, lines: int = 30) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+
+@contextlib.contextmanager
+def running_stack(
+    *,
+    workers: int = 0,
+    api_processes: int = 1,
+    log_level: str = "INFO",
+    data_dir: Path | None = None,
+    env_overrides: dict[str, str] | None = None,
+) -> Iterator[Stack]:
+    """`memstore up` in `data_dir` (default: a fresh temporary one), ready to serve; stopped on exit.
+
+    Its output goes to `memstore.log` next to the data dir, at `log_level`, as in production (JSON).
+    """
+    with contextlib.ExitStack() as cleanup:
+        if data_dir is None:
+            tmp = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="memstore-bench-"))
+            data_dir = Path(tmp) / "data"
+        data_dir = data_dir.resolve()
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        log_file = data_dir.parent / "memstore.log"
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+        env |= {"MEMSTORE_LOG_LEVEL": log_level, "MEMSTORE_ADMIN_KEY": ADMIN_KEY, **(env_overrides or {})}
+        postgres = EmbeddedPostgres(data_dir / "pg")
+        with log_file.open("ab") as log:
+            # cwd outside the repository, so a developer's .env cannot change what is measured.
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "app",
+                    "up",
+                    "--data-dir",
+                    str(data_dir),
+                    "--port",
+                    str(port),
+                    "--workers",
+                    str(workers),
+                    "--api-processes",
+                    str(api_processes),
+                ],
+                env=env,
+                cwd=data_dir.parent,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        stack = Stack(
+            base_url=f"http://127.0.0.1:{port}",
+            admin_headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+            data_dir=data_dir,
+            pg_socket_dir=postgres.socket_dir,
+            database_url=postgres.url(),
+            dsn=postgres.dsn(),
+            redis_url=EmbeddedRedis(data_dir / "redis").url,
+            log_file=log_file,
+            env=env,
+            process=proc,
+        )
+        try:
+            _wait_ready(stack)
+            yield stack
+        finally:
+            for worker in stack.extra:
+                _stop(worker, [], STOP_TIMEOUT_S)
+            _stop(proc, stack.family()[1:], STOP_TIMEOUT_S)
+
+
+def _wait_ready(stack: Stack) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if stack.process.poll() is not None:
+            code = stack.process.returncode
+            msg = f"memstore up exited with code {code}; its log ends:\n{stack.log_tail()}"
+            raise RuntimeError(msg)
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{stack.base_url}/ready", timeout=1).status_code == 200:
+                return
+        time.sleep(0.1)
+    msg = f"memstore up was not ready after {READY_TIMEOUT_S:.0f} s; its log ends:\n{stack.log_tail()}"
+    raise TimeoutError(msg)
