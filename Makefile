@@ -56,6 +56,8 @@ check-migrations: $(STAMP) ## On a throwaway database: upgrade, downgrade to bas
 .PHONY: bench
 bench: $(STAMP) ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python bench/startup.py
+	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/pipeline.py
 
 .PHONY: clean
 clean: ## Remove the virtualenv, caches and the local data directory

@@ -14,7 +14,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.db.models import AuditEvent
 from app.domain.audit.chain import GENESIS_HASH, event_hash
 from app.domain.audit.repositories import AuditRepository
 
@@ -52,21 +51,18 @@ async def record_event(
     target_id: str | None = None,
     request_id: str | None = None,
     summary: dict[str, Any] | None = None,
-) -> AuditEvent:
+) -> None:
     """Add one event to the caller's transaction; it commits (or rolls back) with the change it records."""
-    event = AuditEvent(
-        **event_row(
-            tenant_id=tenant_id,
-            actor=actor,
-            action=action,
-            target_type=target_type,
-            target_id=target_id,
-            request_id=request_id,
-            summary=summary,
-        )
+    row = event_row(
+        tenant_id=tenant_id,
+        actor=actor,
+        action=action,
+        target_type=target_type,
+        target_id=target_id,
+        request_id=request_id,
+        summary=summary,
     )
-    session.add(event)
-    return event
+    await AuditRepository(session).insert_many([row])
 
 
 async def seal_chain(session: AsyncSession, tenant_id: uuid.UUID, limit: int = 5000) -> int:

@@ -17,6 +17,23 @@ MEMORIES = cast("Table", Memory.__table__)
 VERSIONS = cast("Table", MemoryVersion.__table__)
 CHANGESETS = cast("Table", Changeset.__table__)
 
+# Built once: the worker runs these for every chunk.
+_m = MEMORIES.c
+_STATE = (_m.id, _m.version, _m.status, _m.content, _m.tags, _m.owner, _m.memory_at)
+_SCOPE = (_m.tenant_id == bindparam("tenant_id"), _m.user_id == bindparam("user_id"))
+_NEAREST_ACTIVE = (
+    select(*_STATE)
+    .where(*_SCOPE, _m.status == "active")
+    .order_by(_m.embedding.cosine_distance(bindparam("embedding", type_=_m.embedding.type)), _m.created_at)
+    .limit(bindparam("limit"))
+)
+_LOCK_STATES = (
+    select(*_STATE)
+    .where(*_SCOPE, _m.id.in_(bindparam("ids", expanding=True)))
+    .order_by(_m.id)
+    .with_for_update()
+)
+
 
 @dataclass(frozen=True)
 class MemoryState:
@@ -86,13 +103,8 @@ class MemoryRepository:
         self, tenant_id: uuid.UUID, user_id: str, embedding: list[float], limit: int
     ) -> list[MemoryState]:
         """Exact nearest neighbours (cosine) among the scope's active memories."""
-        m = MEMORIES.c
-        rows = await self.session.execute(
-            select(m.id, m.version, m.status, m.content, m.tags, m.owner, m.memory_at)
-            .where(m.tenant_id == tenant_id, m.user_id == user_id, m.status == "active")
-            .order_by(m.embedding.cosine_distance(embedding), m.created_at)
-            .limit(limit)
-        )
+        params = {"tenant_id": tenant_id, "user_id": user_id, "embedding": embedding, "limit": limit}
+        rows = await self.session.execute(_NEAREST_ACTIVE, params)
         return [
             MemoryState(r.id, r.version, r.status, r.content, tuple(r.tags), r.owner, r.memory_at)
             for r in rows
@@ -104,12 +116,8 @@ class MemoryRepository:
         """Row-lock memories of one scope (in id order, so concurrent lockers cannot deadlock)."""
         if not ids:
             return {}
-        m = MEMORIES.c
         rows = await self.session.execute(
-            select(m.id, m.version, m.status, m.content, m.tags, m.owner, m.memory_at)
-            .where(m.tenant_id == tenant_id, m.user_id == user_id, m.id.in_(ids))
-            .order_by(m.id)
-            .with_for_update()
+            _LOCK_STATES, {"tenant_id": tenant_id, "user_id": user_id, "ids": list(ids)}
         )
         return {
             r.id: MemoryState(r.id, r.version, r.status, r.content, tuple(r.tags), r.owner, r.memory_at)

@@ -1,6 +1,8 @@
 """SQL the pipeline needs: the next chunk of a scope, its context, its outcome, and stranded scopes.
 
-Plain Core statements: the worker runs them for every chunk, so they stay few and cheap.
+The worker runs these for every chunk, so each statement is built once at import, with bind
+parameters, and only executed per call: building SQLAlchemy expressions costs more CPU than the
+round trip itself on a busy worker.
 """
 
 from __future__ import annotations
@@ -11,13 +13,62 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, func, select, text, update
+from sqlalchemy import Table, bindparam, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Chunk
 
 CHUNKS = cast("Table", Chunk.__table__)
 PENDING = ("queued", "processing")
+_c = CHUNKS.c
+_SCOPE = (_c.tenant_id == bindparam("p_tenant_id"), _c.user_id == bindparam("p_user_id"))
+_ROW = (
+    _c.id,
+    _c.tenant_id,
+    _c.user_id,
+    _c.agent_id,
+    _c.run_id,
+    _c.seq,
+    _c.messages,
+    _c.writer,
+    _c.status,
+    _c.attempts,
+    _c.available_at,
+    _c.received_at,
+)
+
+_OLDEST_PENDING = (
+    select(*_ROW).where(*_SCOPE, _c.status.in_(PENDING)).order_by(_c.seq).limit(1).with_for_update()
+)
+_CLAIM = (
+    update(CHUNKS)
+    .where(
+        _c.id == _OLDEST_PENDING.with_only_columns(_c.id).scalar_subquery(),
+        _c.available_at <= func.now(),
+        _c.attempts < bindparam("p_max_attempts"),
+    )
+    .values(status="processing", attempts=_c.attempts + 1, updated_at=func.now())
+    .returning(*_ROW)
+)
+_MARK_APPLIED = (
+    update(CHUNKS)
+    .where(_c.id == bindparam("p_chunk_id"), _c.status != "applied")
+    .values(
+        status="applied",
+        changeset_id=bindparam("p_changeset_id"),
+        last_error=None,
+        applied_at=func.now(),
+        updated_at=func.now(),
+    )
+    .returning(_c.id)
+)
+_HAS_READY = select(_c.id).where(*_SCOPE, _c.status.in_(PENDING), _c.available_at <= func.now()).limit(1)
+_EARLIER = (
+    select(_c.messages)
+    .where(*_SCOPE, _c.seq < bindparam("p_before_seq"))
+    .order_by(_c.seq.desc())
+    .limit(bindparam("p_limit"))
+)
 
 
 @dataclass(frozen=True)
@@ -48,28 +99,8 @@ class PipelineRepository:
         `processing` counts as unfinished: the caller holds the scope lock, so a chunk still marked
         `processing` was left by a worker that died mid-way, and is taken again.
         """
-        c = CHUNKS.c
         row = (
-            await self.session.execute(
-                select(
-                    c.id,
-                    c.tenant_id,
-                    c.user_id,
-                    c.agent_id,
-                    c.run_id,
-                    c.seq,
-                    c.messages,
-                    c.writer,
-                    c.status,
-                    c.attempts,
-                    c.available_at,
-                    c.received_at,
-                )
-                .where(c.tenant_id == tenant_id, c.user_id == user_id, c.status.in_(PENDING))
-                .order_by(c.seq)
-                .limit(1)
-                .with_for_update()
-            )
+            await self.session.execute(_OLDEST_PENDING, {"p_tenant_id": tenant_id, "p_user_id": user_id})
         ).first()
         return None if row is None else ChunkRow(**row._asdict())
 
@@ -77,52 +108,14 @@ class PipelineRepository:
         """Take the scope's oldest unfinished chunk in one statement: mark it `processing` and count
         the attempt. None if that chunk is not takeable now (none left, backing off, or out of
         attempts); `next_pending` then says which."""
-        c = CHUNKS.c
-        oldest = (
-            select(c.id)
-            .where(c.tenant_id == tenant_id, c.user_id == user_id, c.status.in_(PENDING))
-            .order_by(c.seq)
-            .limit(1)
-            .with_for_update()
-            .scalar_subquery()
-        )
-        row = (
-            await self.session.execute(
-                update(CHUNKS)
-                .where(c.id == oldest, c.available_at <= func.now(), c.attempts < max_attempts)
-                .values(status="processing", attempts=c.attempts + 1, updated_at=func.now())
-                .returning(
-                    c.id,
-                    c.tenant_id,
-                    c.user_id,
-                    c.agent_id,
-                    c.run_id,
-                    c.seq,
-                    c.messages,
-                    c.writer,
-                    c.status,
-                    c.attempts,
-                    c.available_at,
-                    c.received_at,
-                )
-            )
-        ).first()
+        params = {"p_tenant_id": tenant_id, "p_user_id": user_id, "p_max_attempts": max_attempts}
+        row = (await self.session.execute(_CLAIM, params)).first()
         return None if row is None else ChunkRow(**row._asdict())
 
     async def mark_applied(self, chunk_id: uuid.UUID, changeset_id: uuid.UUID) -> bool:
         """Flip the chunk to `applied`; False if an earlier delivery already did (then roll back)."""
-        c = CHUNKS.c
         result = await self.session.execute(
-            update(CHUNKS)
-            .where(c.id == chunk_id, c.status != "applied")
-            .values(
-                status="applied",
-                changeset_id=changeset_id,
-                last_error=None,
-                applied_at=func.now(),
-                updated_at=func.now(),
-            )
-            .returning(c.id)
+            _MARK_APPLIED, {"p_chunk_id": chunk_id, "p_changeset_id": changeset_id}
         )
         return result.first() is not None
 
@@ -136,7 +129,6 @@ class PipelineRepository:
         available_at: datetime | None,
     ) -> bool:
         """Record a failed attempt: back to `queued` until `available_at`, or `failed` for good."""
-        c = CHUNKS.c
         values: dict[str, Any] = {
             "last_error": error,
             "raw_output": raw_output,
@@ -146,22 +138,12 @@ class PipelineRepository:
         if available_at is not None:
             values["available_at"] = available_at
         result = await self.session.execute(
-            update(CHUNKS).where(c.id == chunk_id, c.status != "applied").values(**values).returning(c.id)
+            update(CHUNKS).where(_c.id == chunk_id, _c.status != "applied").values(**values).returning(_c.id)
         )
         return result.first() is not None
 
     async def has_ready(self, tenant_id: uuid.UUID, user_id: str) -> bool:
-        c = CHUNKS.c
-        found = await self.session.scalar(
-            select(c.id)
-            .where(
-                c.tenant_id == tenant_id,
-                c.user_id == user_id,
-                c.status.in_(PENDING),
-                c.available_at <= func.now(),
-            )
-            .limit(1)
-        )
+        found = await self.session.scalar(_HAS_READY, {"p_tenant_id": tenant_id, "p_user_id": user_id})
         return found is not None
 
     async def earlier_messages(
@@ -170,27 +152,26 @@ class PipelineRepository:
         """The scope's last `limit` messages before chunk `before_seq`, oldest first."""
         if limit <= 0:
             return []
-        c = CHUNKS.c
-        rows = await self.session.scalars(
-            select(c.messages)
-            .where(c.tenant_id == tenant_id, c.user_id == user_id, c.seq < before_seq)
-            .order_by(c.seq.desc())
-            .limit(limit)
-        )
+        params = {
+            "p_tenant_id": tenant_id,
+            "p_user_id": user_id,
+            "p_before_seq": before_seq,
+            "p_limit": limit,
+        }
+        rows = await self.session.scalars(_EARLIER, params)
         messages = [m for chunk_messages in reversed(rows.all()) for m in chunk_messages]
         return messages[-limit:]
 
     async def stranded_scopes(self, min_age_s: float, limit: int = 1000) -> Sequence[tuple[uuid.UUID, str]]:
         """Scopes with unfinished chunks untouched for `min_age_s` whose backoff (if any) has passed."""
-        c = CHUNKS.c
         rows = await self.session.execute(
-            select(c.tenant_id, c.user_id)
+            select(_c.tenant_id, _c.user_id)
             .where(
-                c.status.in_(PENDING),
-                c.updated_at < func.now() - text("make_interval(secs => :age)").bindparams(age=min_age_s),
-                c.available_at <= func.now(),
+                _c.status.in_(PENDING),
+                _c.updated_at < func.now() - text("make_interval(secs => :age)").bindparams(age=min_age_s),
+                _c.available_at <= func.now(),
             )
-            .group_by(c.tenant_id, c.user_id)
+            .group_by(_c.tenant_id, _c.user_id)
             .limit(limit)
         )
         return [(r[0], r[1]) for r in rows]
