@@ -7,6 +7,7 @@ a revoked key therefore stops working within that many seconds.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -32,13 +33,32 @@ class KeyResolver:
         self.sessionmaker = sessionmaker
         self.ttl_s = ttl_s
         self._cache: dict[str, tuple[float, Principal]] = {}
+        # One lookup per key at a time: when an entry expires under load, the requests that arrive
+        # meanwhile wait for that lookup instead of each querying the database.
+        self._inflight: dict[str, asyncio.Future[Principal | None]] = {}
 
     async def resolve(self, secret: str) -> Principal | None:
         key_hash = hash_api_key(secret)
-        now = time.monotonic()
         cached = self._cache.get(key_hash)
-        if cached is not None and cached[0] > now:
+        if cached is not None and cached[0] > time.monotonic():
             return cached[1]
+        if (pending := self._inflight.get(key_hash)) is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Principal | None] = asyncio.get_running_loop().create_future()
+        self._inflight[key_hash] = future
+        try:
+            principal = await self._lookup(key_hash)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # marked retrieved: waiters re-raise it, nobody else must report it
+            raise
+        else:
+            future.set_result(principal)
+        finally:
+            del self._inflight[key_hash]
+        return principal
+
+    async def _lookup(self, key_hash: str) -> Principal | None:
         async with self.sessionmaker() as session:
             key = await ApiKeyRepository(session).get_active_by_hash(key_hash)
         if key is None:
@@ -49,7 +69,7 @@ class KeyResolver:
         )
         if len(self._cache) > 10_000:
             self._cache.clear()
-        self._cache[key_hash] = (now + self.ttl_s, principal)
+        self._cache[key_hash] = (time.monotonic() + self.ttl_s, principal)
         return principal
 
     def forget(self, key_id: Any) -> None:
@@ -79,7 +99,8 @@ class ApiKeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
 def requires_role(role: str) -> Guard:
     """A guard that lets through keys holding `role` (or `admin`)."""
 
-    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    # Async on purpose: Litestar runs synchronous guards in a worker thread.
+    async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         principal: Principal = connection.user
         if not has_role(principal.roles, role):
             raise PermissionDeniedException(f"This API key lacks the '{role}' role.")
@@ -91,7 +112,7 @@ def requires_role(role: str) -> Guard:
 def requires_any_role(*roles: str) -> Guard:
     """A guard that lets through keys holding any of `roles` (or `admin`)."""
 
-    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         principal: Principal = connection.user
         if not any(has_role(principal.roles, r) for r in roles):
             raise PermissionDeniedException(f"This API key needs one of the roles: {', '.join(roles)}.")

@@ -12,6 +12,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Chunk, Scope
 
+_scopes = cast("Table", Scope.__table__)
+_allocate = insert(_scopes)
+_ALLOCATE_SEQS = _allocate.on_conflict_do_update(
+    index_elements=[_scopes.c.tenant_id, _scopes.c.user_id],
+    set_={"last_seq": _scopes.c.last_seq + _allocate.excluded.last_seq},
+).returning(_scopes.c.tenant_id, _scopes.c.user_id, _scopes.c.last_seq)
+
 
 class ScopeRepository:
     def __init__(self, session: AsyncSession) -> None:
@@ -28,19 +35,9 @@ class ScopeRepository:
         """
         if not counts:
             return {}
-        keys = sorted(counts)
-        table = cast("Table", Scope.__table__)
-        stmt = insert(table).values(
-            [
-                {"tenant_id": tenant_id, "user_id": user_id, "last_seq": counts[(tenant_id, user_id)]}
-                for tenant_id, user_id in keys
-            ]
-        )
-        upsert = stmt.on_conflict_do_update(
-            index_elements=[table.c.tenant_id, table.c.user_id],
-            set_={"last_seq": table.c.last_seq + stmt.excluded.last_seq},
-        ).returning(table.c.tenant_id, table.c.user_id, table.c.last_seq)
-        rows = await self.session.execute(upsert)
+        params = [{"tenant_id": t, "user_id": u, "last_seq": counts[(t, u)]} for t, u in sorted(counts)]
+        # executemany form: one compiled statement whatever the batch size, sent as one multi-row VALUES.
+        rows = await self.session.execute(_ALLOCATE_SEQS, params)
         return {(r.tenant_id, r.user_id): int(r.last_seq) for r in rows}
 
 
