@@ -10,6 +10,7 @@ nothing but its own transaction. Wake-up jobs for the workers go to Redis after 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 import uuid
@@ -43,6 +44,12 @@ class _Request:
     hashes: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _Lane:
+    pending: collections.deque[_Request] = field(default_factory=collections.deque)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class IngestBatcher:
     """Write chunks of many concurrent requests per transaction; see the module docstring."""
 
@@ -57,17 +64,22 @@ class IngestBatcher:
         self.sessionmaker = sessionmaker
         self.queue = queue
         self.max_chunks = max_chunks
-        self._pending: list[_Request] = []
-        self._ready = asyncio.Event()
-        self._tasks = [asyncio.create_task(self._run(), name=f"ingest-writer-{i}") for i in range(writers)]
+        # One lane per writer, chosen by scope: two transactions in flight never wait for each other on
+        # a scope's seq row (which would serialise them and put their commit times in the latency tail).
+        self._lanes = [_Lane() for _ in range(max(1, writers))]
+        self._tasks = [
+            asyncio.create_task(self._run(lane), name=f"ingest-writer-{i}")
+            for i, lane in enumerate(self._lanes)
+        ]
 
     async def submit(
         self, principal: Principal, chunks: Sequence[tuple[ChunkIn, str | None]], request_id: str | None
     ) -> list[Accepted]:
         """Durably store `chunks` (in order); returns once they are committed."""
         future: asyncio.Future[list[Accepted]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(principal, chunks, request_id, future))
-        self._ready.set()
+        lane = self._lanes[hash((principal.tenant_id, chunks[0][0].user_id)) % len(self._lanes)]
+        lane.pending.append(_Request(principal, chunks, request_id, future))
+        lane.ready.set()
         return await future
 
     async def close(self) -> None:
@@ -77,21 +89,21 @@ class IngestBatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _take(self) -> list[_Request]:
+    def _take(self, lane: _Lane) -> list[_Request]:
         taken: list[_Request] = []
         size = 0
-        while self._pending and (not taken or size + len(self._pending[0].chunks) <= self.max_chunks):
-            request = self._pending.pop(0)
+        while lane.pending and (not taken or size + len(lane.pending[0].chunks) <= self.max_chunks):
+            request = lane.pending.popleft()
             taken.append(request)
             size += len(request.chunks)
-        if not self._pending:
-            self._ready.clear()
+        if not lane.pending:
+            lane.ready.clear()
         return taken
 
-    async def _run(self) -> None:
+    async def _run(self, lane: _Lane) -> None:
         while True:
-            await self._ready.wait()
-            batch = self._take()
+            await lane.ready.wait()
+            batch = self._take(lane)
             if not batch:
                 continue
             started = time.perf_counter()
