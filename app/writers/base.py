@@ -108,5 +108,7 @@ class Writer(Protocol):
     name: str  # the configured name ("default", "hy-memory-prod" ...)
     model: str | None  # the model behind it, if any
     profile: str | None  # the protocol spoken to the model (hy-memory, mem0, simple), if any
+    # How many earlier messages of the scope it wants as context; None: MEMSTORE_CONTEXT_MESSAGES.
+    context_messages: int | None
 
     async def write(self, request: WriteRequest) -> WriteResult: ...

@@ -676,6 +676,8 @@ class OfflineWriter:
         self.name = name
         self.model: str | None = None
         self.profile: str | None = None
+        # Only the chunk's own user statements are evidence, so the scope's earlier messages are not read.
+        self.context_messages: int | None = 0
 
     async def write(self, request: WriteRequest) -> WriteResult:
         # request.context is deliberately unused: only the chunk's own user statements are evidence.

@@ -49,4 +49,28 @@ class FailingWriter(OfflineWriter):
         return await super().write(request)
 
 
-PLUGINS = {"slow": "tests.support.writers:SlowWriter", "failing": "tests.support.writers:FailingWriter"}
+class ContextProbeWriter:
+    """Writes nothing; reports what it was shown (earlier messages, candidates) in the changeset's usage."""
+
+    model = None
+    profile = None
+    context_messages: int | None = None  # the deployment's MEMSTORE_CONTEXT_MESSAGES
+
+    def __init__(self, name: str = "probe") -> None:
+        self.name = name
+
+    async def write(self, request: WriteRequest) -> WriteResult:
+        return WriteResult(
+            ops=[],
+            usage={
+                "context": [m.content for m in request.context],
+                "candidates": [[c.local_id, c.content] for c in request.candidates],
+            },
+        )
+
+
+PLUGINS = {
+    "slow": "tests.support.writers:SlowWriter",
+    "failing": "tests.support.writers:FailingWriter",
+    "probe": "tests.support.writers:ContextProbeWriter",
+}

@@ -28,7 +28,7 @@ from app.domain.memories.repositories import MemoryRepository
 from app.domain.memories.services import Provenance, Shown, apply_ops
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.embeddings import Embedder
-from app.writers.base import Candidate, Message, WriteRequest, WriterError
+from app.writers.base import Candidate, Message, Writer, WriteRequest, WriterError, WriteResult
 from app.writers.registry import WriterRegistry
 
 log = structlog.get_logger(__name__)
@@ -151,22 +151,13 @@ async def _process_next(
             return False
         attempt = chunk.attempts
         writer = deps.writers.get(chunk.writer or "default")
-        request, shown = await _build_request(session, conn, deps, chunk)
+        # Writers plugged in by import path may predate `context_messages`; they get the default.
+        wanted = getattr(writer, "context_messages", None)
+        request, shown = await _build_request(session, conn, deps, chunk, wanted)
         await session.commit()  # no snapshot or lock is held while the writer thinks
 
         log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
-        error: str | None = None
-        raw: str | None = None
-        try:
-            async with asyncio.timeout(settings.writer_timeout_s):
-                result = await writer.write(request)
-        except WriterError as exc:
-            error, raw = f"writer error: {exc}", exc.raw_output
-        except TimeoutError:
-            error = f"writer timed out after {settings.writer_timeout_s:g} s"
-        except Exception as exc:  # noqa: BLE001  (any writer bug is a failed attempt, not a dead worker)
-            error = f"writer raised {type(exc).__name__}: {exc}"
-
+        result, error, raw = await _call_writer(writer, request, settings.writer_timeout_s)
         if error is not None:
             final = attempt >= settings.max_attempts
             retry_at = None if final else datetime.now(UTC) + backoff(settings, attempt)
@@ -179,6 +170,7 @@ async def _process_next(
             run.retry_at = retry_at
             return False
 
+        assert result is not None
         changeset_id = uuid.uuid4()
         if not await repo.mark_applied(chunk.id, changeset_id):  # applied meanwhile by an earlier delivery
             await session.rollback()
@@ -231,6 +223,21 @@ async def _process_next(
         )
         run.applied += 1
         return True
+
+
+async def _call_writer(
+    writer: Writer, request: WriteRequest, timeout_s: float
+) -> tuple[WriteResult, None, None] | tuple[None, str, str | None]:
+    """The writer's result, or why it failed (and what it said, for inspection)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await writer.write(request), None, None
+    except WriterError as exc:
+        return None, f"writer error: {exc}", exc.raw_output
+    except TimeoutError:
+        return None, f"writer timed out after {timeout_s:g} s", None
+    except Exception as exc:  # noqa: BLE001  (any writer bug is a failed attempt, not a dead worker)
+        return None, f"writer raised {type(exc).__name__}: {exc}", None
 
 
 async def _fail(
@@ -291,13 +298,20 @@ def _message(raw: dict[str, Any]) -> Message:
 
 
 async def _build_request(
-    session: AsyncSession, conn: AsyncConnection, deps: PipelineDeps, chunk: ChunkRow
+    session: AsyncSession,
+    conn: AsyncConnection,
+    deps: PipelineDeps,
+    chunk: ChunkRow,
+    context_messages: int | None,
 ) -> tuple[WriteRequest, dict[int, Shown]]:
     """The writer's view: new messages, recent context, and related memories under local ids."""
     settings = deps.settings
     messages = tuple(_message(m) for m in chunk.messages)
     earlier = await PipelineRepository(session).earlier_messages(
-        chunk.tenant_id, chunk.user_id, chunk.seq, settings.context_messages
+        chunk.tenant_id,
+        chunk.user_id,
+        chunk.seq,
+        settings.context_messages if context_messages is None else context_messages,
     )
     shown: dict[int, Shown] = {}
     candidates: list[Candidate] = []

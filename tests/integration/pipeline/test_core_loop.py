@@ -224,3 +224,27 @@ async def test_writer_failure_fails_that_chunk_only(
     assert raw == '{"memory": ['
     memories = (await bank(sessionmaker, tenant.tenant_id))["fragile"]["memories"]
     assert [c for c, _, _ in memories] == ["The user lives in Lyon.", "The user mainly uses Rust."]
+
+
+async def test_writer_sees_recent_context_and_scope_candidates_only(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    settings = pipeline_settings.model_copy(update={"context_messages": 3})
+    # Memories exist for this user and for another user; the probe must only be shown this user's.
+    await post_users(api, ingest_headers, ["seen", "other"], facts=["I live in Oslo.", "I like tea."])
+    async with running_worker(settings):
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 4)
+    await post_users(api, ingest_headers, ["seen"], writer="probe", facts=["Where do I live?"])
+    async with running_worker(settings):
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 5)
+    async with sessionmaker() as session:
+        usage = await session.scalar(select(Changeset.usage).where(Changeset.writer == "probe"))
+    assert usage is not None
+    # The last 3 messages before the chunk, oldest first (each earlier chunk: a user and an assistant turn).
+    assert usage["context"] == ["Got it.", "I like tea.", "Got it."]
+    assert sorted(c for _, c in usage["candidates"]) == ["The user likes tea.", "The user lives in Oslo."]
+    assert sorted(i for i, _ in usage["candidates"]) == [0, 1]
