@@ -86,7 +86,11 @@ def up(
                 f"    {generated}\n\n  Set MEMSTORE_ADMIN_KEY to choose your own.\n",
                 err=True,
             )
-        env = child_env(MEMSTORE_DATABASE_URL=database_url, MEMSTORE_REDIS_URL=redis_url)
+        env = child_env(
+            MEMSTORE_DATABASE_URL=database_url,
+            MEMSTORE_REDIS_URL=redis_url,
+            PROMETHEUS_MULTIPROC_DIR=_metrics_dir(stack.data_dir / "metrics"),
+        )
         supervisor = Supervisor(stop_timeout_s=settings.worker_shutdown_wait_s + 10)
         python = [sys.executable, "-m", "app"]
         supervisor.add(
@@ -123,6 +127,21 @@ def up(
     raise typer.Exit(code)
 
 
+def _metrics_dir(default: Path) -> str:
+    """Where this host's processes share their metrics (an operator's PROMETHEUS_MULTIPROC_DIR wins).
+
+    Emptied at start: files of processes from an earlier run would otherwise be counted again.
+    """
+    import os
+    import shutil
+
+    path = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or default)
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, exist_ok=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
+    return str(path)
+
+
 @cli.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (default MEMSTORE_HOST).")] = None,
@@ -130,11 +149,17 @@ def serve(
     processes: Annotated[int, typer.Option(min=1, help="API processes behind one socket.")] = 1,
 ) -> None:
     """Run the HTTP API against MEMSTORE_DATABASE_URL and MEMSTORE_REDIS_URL."""
+    import os
+    import tempfile
+
     import uvicorn
 
     settings = get_settings()
     _require_urls(settings)
     configure_logging(settings.log_level, settings.log_format, process="api")
+    if processes > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Several processes behind one port: a scrape reaches one of them, so they pool their metrics.
+        _metrics_dir(Path(tempfile.mkdtemp(prefix="memstore-metrics-")))
     uvicorn.run(
         "app.server.asgi:create_app",
         factory=True,

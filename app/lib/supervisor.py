@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from app.lib import metrics
+
 log = structlog.get_logger(__name__)
 
 _PR_SET_PDEATHSIG = 1
@@ -84,6 +86,7 @@ class Supervisor:
                     assert child.proc is not None
                     if child.proc.poll() is not None and not self._stopping:
                         log.error("supervisor.child_exited", child=child.name, code=child.proc.returncode)
+                        metrics.process_exited(child.proc.pid)
                         now = time.monotonic()
                         child.restarts = [t for t in child.restarts if now - t < 60] + [now]
                         if len(child.restarts) > self.max_restarts:

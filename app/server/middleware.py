@@ -15,6 +15,8 @@ import structlog
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.lib import metrics
+
 log = structlog.get_logger("app.http")
 
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
@@ -48,11 +50,17 @@ async def stamp_response(message: Message, scope: Scope) -> None:
         return
     message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
     started = state.get("request_started", time.perf_counter())
+    elapsed = time.perf_counter() - started
+    # The route template ("/v1/chunks/{chunk_id:uuid}"), not the path, keeps label values few.
+    route = str(scope.get("path_template") or "unmatched")
+    method = str(scope.get("method"))
+    metrics.HTTP_REQUESTS.labels(method, route, str(message["status"])).inc()
+    metrics.HTTP_LATENCY.labels(method, route).observe(elapsed)
     log.info(
         "http.request",
         request_id=request_id,
         method=scope.get("method"),
         path=scope["path"],
         status=message["status"],
-        duration_ms=round((time.perf_counter() - started) * 1000, 2),
+        duration_ms=round(elapsed * 1000, 2),
     )

@@ -72,6 +72,24 @@ def _stop_and_check_nothing_left(proc: subprocess.Popen[bytes]) -> None:
     assert alive == [], [(p.pid, p.name()) for p in alive]
 
 
+def _chunk_is_applied_and_counted(port: int, headers: dict[str, str]) -> None:
+    """A chunk goes through the worker process, and the API's /metrics shows the worker's counters."""
+    base = f"http://127.0.0.1:{port}"
+    body = {"user_id": "e2e", "messages": [{"role": "user", "content": "I live in Porto."}]}
+    accepted = httpx.post(f"{base}/v1/chunks", json=body, headers=headers, timeout=5)
+    assert accepted.status_code == 202
+    deadline = time.monotonic() + 30
+    while (
+        httpx.get(f"{base}/v1/chunks/{accepted.json()['chunk_id']}", headers=headers).json()["status"]
+        != "applied"
+    ):
+        assert time.monotonic() < deadline, "the chunk was not applied"
+        time.sleep(0.1)
+    text = httpx.get(f"{base}/metrics", timeout=5).text
+    line = 'memstore_chunks_finished_total{outcome="applied",writer="offline"} 1.0'
+    assert line in text, text
+
+
 def test_up_is_ready_stops_cleanly_and_keeps_data(tmp_path: Path) -> None:
     data_dir, port = tmp_path / "data", _free_port()
 
@@ -88,6 +106,7 @@ def test_up_is_ready_stops_cleanly_and_keeps_data(tmp_path: Path) -> None:
             timeout=5,
         )
         assert created.status_code == 201
+        _chunk_is_applied_and_counted(port, {"Authorization": f"Bearer {created.json()['key']}"})
         _stop_and_check_nothing_left(first)
     finally:
         if first.poll() is None:

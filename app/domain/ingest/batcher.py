@@ -29,6 +29,7 @@ from app.domain.audit.services import event_row
 from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
 from app.domain.ingest.schemas import ChunkIn
 from app.domain.ingest.services import Accepted, body_hash, wake_up_jobs
+from app.lib import metrics
 from app.lib.errors import ConflictError
 from app.lib.queue import JobQueue
 
@@ -202,6 +203,7 @@ class IngestBatcher:
                 # Another process committed one of these idempotency keys first: answer from its chunk.
                 await self._resolve_lost_races(session, plans, inserted)
             await AuditRepository(session).insert_many([a for a in audit_rows if _kept(a, inserted)])
+        metrics.CHUNKS_ACCEPTED.inc(len(inserted))
         jobs: list[tuple[str, dict[str, object]]] = []
         for request, plan in plans:
             results = [a for a in plan if a is not None]

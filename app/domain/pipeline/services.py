@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import hashlib
 import random
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,7 @@ from app.domain.memories.repositories import MemoryRepository
 from app.domain.memories.services import Provenance, Shown, apply_ops
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.embeddings import Embedder
+from app.lib import metrics
 from app.writers.base import Candidate, Message, Writer, WriteRequest, WriterError, WriteResult
 from app.writers.registry import WriterRegistry
 
@@ -143,6 +145,7 @@ async def _process_next(
                 await _fail(
                     session, deps, pending, f"gave up after {pending.attempts} attempts", None, final=True
                 )
+                metrics.CHUNKS_FINISHED.labels("failed", pending.writer or "default").inc()
                 await session.commit()
                 run.failed += 1
                 return True
@@ -157,13 +160,18 @@ async def _process_next(
         await session.commit()  # no snapshot or lock is held while the writer thinks
 
         log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
+        started = time.perf_counter()
         result, error, raw = await _call_writer(writer, request, settings.writer_timeout_s)
+        metrics.WRITER_LATENCY.labels(writer.name, "error" if error else "ok").observe(
+            time.perf_counter() - started
+        )
         if error is not None:
             final = attempt >= settings.max_attempts
             retry_at = None if final else datetime.now(UTC) + backoff(settings, attempt)
             await _fail(session, deps, chunk, error, raw, final=final, attempt=attempt, retry_at=retry_at)
             await session.commit()
             if final:
+                metrics.CHUNKS_FINISHED.labels("failed", writer.name).inc()
                 run.failed += 1
                 return True
             run.retried += 1
@@ -171,6 +179,8 @@ async def _process_next(
             return False
 
         assert result is not None
+        _count_tokens(writer, result)
+        started = time.perf_counter()
         changeset_id = uuid.uuid4()
         if not await repo.mark_applied(chunk.id, changeset_id):  # applied meanwhile by an earlier delivery
             await session.rollback()
@@ -214,6 +224,10 @@ async def _process_next(
             },
         )
         await session.commit()
+        metrics.APPLY_LATENCY.observe(time.perf_counter() - started)
+        metrics.CHUNKS_FINISHED.labels("applied", writer.name).inc()
+        for guard in outcome.guards:
+            metrics.GUARDS_FIRED.labels(guard["guard"]).inc()
         log.info(
             "chunk.applied",
             chunk_id=str(chunk.id),
@@ -223,6 +237,14 @@ async def _process_next(
         )
         run.applied += 1
         return True
+
+
+def _count_tokens(writer: Writer, result: WriteResult) -> None:
+    for kind in ("prompt_tokens", "completion_tokens"):
+        if isinstance(count := result.usage.get(kind), int):
+            metrics.WRITER_TOKENS.labels(writer.name, writer.model or "", kind.removesuffix("_tokens")).inc(
+                count
+            )
 
 
 async def _call_writer(

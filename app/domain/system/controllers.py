@@ -6,9 +6,12 @@ from typing import Any
 
 from litestar import Controller, Response, get
 from litestar.datastructures import State
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from app.domain.system.metrics import scrape
 from app.domain.system.services import check_readiness
 from app.lib.errors import RETRY_AFTER_S, error_response
+from app.lib.metrics import render
 
 
 class SystemController(Controller):
@@ -18,6 +21,11 @@ class SystemController(Controller):
     @get("/health", summary="Liveness: the process is up", cache_control=None)
     async def health(self) -> dict[str, str]:
         return {"status": "ok"}
+
+    @get("/metrics", summary="Prometheus metrics: requests, backlog, chunk lag, writer and apply latency")
+    async def metrics(self, state: State) -> Response[bytes]:
+        collector = await scrape(state.sessionmaker, state.job_queue)
+        return Response(render([collector]), media_type=CONTENT_TYPE_LATEST)
 
     @get("/ready", summary="Readiness: Postgres, Redis and the schema are fine (503 otherwise)")
     async def ready(self, state: State) -> Response[dict[str, Any]]:

@@ -1,0 +1,65 @@
+"""Metrics read at scrape time from the sources of truth: the backlog in Postgres, the job queue in Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import structlog
+from prometheus_client.core import GaugeMetricFamily, Metric
+from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.domain.system.repositories import Backlog, backlog
+from app.lib.queue import QUEUE_NAME, JobQueue
+
+log = structlog.get_logger(__name__)
+
+
+class ScrapeCollector:
+    """A one-shot collector holding values fetched just before rendering."""
+
+    def __init__(self, backlog: Backlog | None, redis_jobs: int | None) -> None:
+        self.backlog = backlog
+        self.redis_jobs = redis_jobs
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "memstore_database_up",
+            "1 if Postgres answered this scrape.",
+            value=0 if self.backlog is None else 1,
+        )
+        if self.backlog is not None:
+            depth = GaugeMetricFamily(
+                "memstore_queue_depth", "Chunks accepted but not yet applied or failed.", labels=["status"]
+            )
+            depth.add_metric(["queued"], self.backlog.queued)
+            depth.add_metric(["processing"], self.backlog.processing)
+            yield depth
+            yield GaugeMetricFamily(
+                "memstore_chunk_lag_seconds",
+                "Age of the oldest chunk not yet applied (0 when none).",
+                value=self.backlog.oldest_age_s,
+            )
+        if self.redis_jobs is not None:
+            yield GaugeMetricFamily(
+                "memstore_redis_queue_jobs", "Wake-up jobs waiting in the arq queue.", value=self.redis_jobs
+            )
+
+
+async def scrape(sessionmaker: async_sessionmaker[AsyncSession], queue: JobQueue) -> ScrapeCollector:
+    """Fetch the backlog and queue length, each bounded so a slow dependency cannot stall the scrape."""
+    found: Backlog | None = None
+    jobs: int | None = None
+    try:
+        async with asyncio.timeout(2.0), sessionmaker() as session:
+            found = await backlog(session)
+    except (SQLAlchemyError, OSError, TimeoutError) as exc:
+        log.warning("metrics.backlog_unavailable", error=type(exc).__name__)
+    try:
+        async with asyncio.timeout(1.0):
+            jobs = int(await queue.redis.zcard(QUEUE_NAME))
+    except (RedisError, OSError, TimeoutError):
+        jobs = None
+    return ScrapeCollector(found, jobs)

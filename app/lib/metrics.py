@@ -1,0 +1,71 @@
+"""Prometheus metrics of this process.
+
+Counters and histograms live here; numbers that Postgres already knows (queue depth, chunk lag)
+are read from it when `/metrics` is scraped. When several processes share one host (`memstore up`,
+or `memstore serve --processes N`), each writes its samples to `PROMETHEUS_MULTIPROC_DIR` and
+`/metrics` adds them up, so a scrape of any API process sees the API and the workers together.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client.registry import REGISTRY, Collector
+
+_LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+HTTP_REQUESTS = Counter(
+    "memstore_http_requests_total", "HTTP requests answered.", ["method", "route", "status"]
+)
+HTTP_LATENCY = Histogram(
+    "memstore_http_request_duration_seconds",
+    "Time to answer an HTTP request.",
+    ["method", "route"],
+    buckets=_LATENCY_BUCKETS,
+)
+CHUNKS_ACCEPTED = Counter("memstore_chunks_accepted_total", "Chunks durably accepted by the API.")
+CHUNKS_FINISHED = Counter(
+    "memstore_chunks_finished_total", "Chunks whose processing ended, by outcome.", ["outcome", "writer"]
+)
+WRITER_LATENCY = Histogram(
+    "memstore_writer_duration_seconds",
+    "Time a writer took for one chunk.",
+    ["writer", "outcome"],
+    buckets=_LATENCY_BUCKETS,
+)
+WRITER_TOKENS = Counter(
+    "memstore_writer_tokens_total", "Tokens reported by LLM writers.", ["writer", "model", "kind"]
+)
+APPLY_LATENCY = Histogram(
+    "memstore_apply_duration_seconds",
+    "Time to apply one chunk's ops (one transaction).",
+    buckets=_LATENCY_BUCKETS,
+)
+GUARDS_FIRED = Counter("memstore_guards_fired_total", "Writer ops dropped or changed by a guard.", ["guard"])
+
+
+def multiprocess_dir() -> str | None:
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    return path if path and os.path.isdir(path) else None
+
+
+def render(extra: Iterable[Collector] = ()) -> bytes:
+    """The Prometheus text exposition of this host's processes (or this process), plus `extra`."""
+    if (path := multiprocess_dir()) is not None:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+        base = generate_latest(registry)
+    else:
+        base = generate_latest(REGISTRY)
+    scraped = CollectorRegistry(auto_describe=False)
+    for collector in extra:
+        scraped.register(collector)
+    return base + generate_latest(scraped)
+
+
+def process_exited(pid: int) -> None:
+    """Let the multiprocess files of a dead process be merged into the totals correctly."""
+    if (path := multiprocess_dir()) is not None:
+        multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]

@@ -1,0 +1,75 @@
+"""`/metrics`: Prometheus text with request counts, the backlog from Postgres, and worker outcomes."""
+
+from __future__ import annotations
+
+import re
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from tests.conftest import TenantKeys, bearer
+from tests.support.workers import running_worker, wait_for_chunks
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in a Prometheus text exposition (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+        if not match or match.group(1) != name:
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
+        if all(found.get(k) == v for k, v in labels.items()):
+            return float(match.group(3))
+    return 0.0
+
+
+async def test_metrics_follow_the_backlog_and_the_workers(
+    client: AsyncTestClient[Litestar],
+    tenant: TenantKeys,
+    settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    key = (
+        await client.post("/v1/admin/keys", json={"name": "m", "roles": ["ingest"]}, headers=tenant.admin)
+    ).json()
+    before = (await client.get("/metrics")).text
+    for text in ("I live in Lyon.", "I like tea.", "I mainly use Go."):
+        body = {"user_id": "m-1", "messages": [{"role": "user", "content": text}]}
+        assert (await client.post("/v1/chunks", json=body, headers=bearer(key["key"]))).status_code == 202
+
+    response = await client.get("/metrics")  # no key needed: scrapers are not tenants
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    now = response.text
+    assert sample(now, "memstore_database_up") == 1
+    assert sample(now, "memstore_queue_depth", status="queued") == 3
+    assert sample(now, "memstore_queue_depth", status="processing") == 0
+    assert sample(now, "memstore_chunk_lag_seconds") > 0
+    assert sample(now, "memstore_redis_queue_jobs") == 3
+    posted = {"method": "POST", "route": "/v1/chunks", "status": "202"}
+    assert (
+        sample(now, "memstore_http_requests_total", **posted)
+        - sample(before, "memstore_http_requests_total", **posted)
+        == 3
+    )
+    assert (
+        sample(now, "memstore_chunks_accepted_total") - sample(before, "memstore_chunks_accepted_total") == 3
+    )
+
+    async with running_worker(settings):
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 3)
+    after = (await client.get("/metrics")).text
+    assert sample(after, "memstore_queue_depth", status="queued") == 0
+    assert sample(after, "memstore_chunk_lag_seconds") == 0
+    applied = {"outcome": "applied", "writer": "offline"}
+    assert (
+        sample(after, "memstore_chunks_finished_total", **applied)
+        - sample(before, "memstore_chunks_finished_total", **applied)
+        == 3
+    )
+    assert sample(after, "memstore_writer_duration_seconds_count", writer="offline", outcome="ok") >= 3
+    assert sample(after, "memstore_apply_duration_seconds_count") >= 3
