@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     worker_shutdown_wait_s: int = Field(
         default=20, description="Seconds in-flight jobs get to finish after SIGTERM."
     )
+    worker_metrics_port: int | None = Field(
+        default=None, description="Port on which each worker process serves /metrics; unset: none."
+    )
     sweep_interval_s: int = Field(default=10, description="Seconds between sweeper passes.")
     sweep_min_age_s: float = Field(
         default=15.0, description="Queued chunks older than this are re-enqueued by the sweeper."

@@ -14,6 +14,7 @@ from app.db.engine import create_engine
 from app.domain.ingest.services import PROCESS_SCOPE_JOB
 from app.domain.pipeline.services import PipelineDeps
 from app.embeddings import get_embedder
+from app.lib import metrics
 from app.lib.logging import configure_logging
 from app.lib.queue import QUEUE_NAME, redis_settings
 from app.writers.registry import WriterRegistry
@@ -45,6 +46,8 @@ async def startup(ctx: dict[str, Any]) -> None:
         embedder=get_embedder(settings.embedder, settings.embedding_dim),
         worker_name=ctx["worker_name"],
     )
+    if settings.worker_metrics_port:
+        metrics.serve_http(settings.worker_metrics_port)
     await heartbeat(ctx)
     log.info("worker.started", worker=ctx["worker_name"], max_jobs=settings.worker_max_jobs)
 

@@ -11,7 +11,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    start_http_server,
+)
 from prometheus_client.registry import REGISTRY, Collector
 
 _LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -63,6 +70,16 @@ def render(extra: Iterable[Collector] = ()) -> bytes:
     for collector in extra:
         scraped.register(collector)
     return base + generate_latest(scraped)
+
+
+def serve_http(port: int, host: str = "0.0.0.0") -> None:  # noqa: S104  (scraped from outside the pod)
+    """Serve this process's metrics (or the host's pooled ones) on `port`, from a daemon thread."""
+    if (path := multiprocess_dir()) is not None:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+        start_http_server(port, addr=host, registry=registry)
+    else:
+        start_http_server(port, addr=host)
 
 
 def process_exited(pid: int) -> None:

@@ -73,3 +73,29 @@ async def test_metrics_follow_the_backlog_and_the_workers(
     )
     assert sample(after, "memstore_writer_duration_seconds_count", writer="offline", outcome="ok") >= 3
     assert sample(after, "memstore_apply_duration_seconds_count") >= 3
+
+
+async def test_a_worker_serves_its_own_metrics(
+    client: AsyncTestClient[Litestar],
+    tenant: TenantKeys,
+    settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    key = (
+        await client.post("/v1/admin/keys", json={"name": "w", "roles": ["ingest"]}, headers=tenant.admin)
+    ).json()
+    body = {"user_id": "w-1", "messages": [{"role": "user", "content": "I live in Graz."}]}
+    assert (await client.post("/v1/chunks", json=body, headers=bearer(key["key"]))).status_code == 202
+    async with running_worker(settings.model_copy(update={"worker_metrics_port": port})):
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 1)
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    assert sample(text, "memstore_chunks_finished_total", outcome="applied", writer="offline") >= 1
+    assert sample(text, "memstore_writer_duration_seconds_count", writer="offline", outcome="ok") >= 1
