@@ -118,7 +118,11 @@ class IngestBatcher:
             log.debug(
                 "ingest.batch", requests=len(batch), ms=round((time.perf_counter() - started) * 1000, 1)
             )
-            await self.queue.enqueue_many(jobs)
+            try:
+                await self.queue.enqueue_many(jobs)
+            except Exception:  # this loop must outlive any fault: requests wait on it
+                # The chunks are committed; the sweeper wakes their scopes if no job reaches Redis.
+                log.exception("ingest.enqueue_failed", jobs=len(jobs))
 
     async def _write_with_retry(self, batch: list[_Request]) -> list[tuple[str, dict[str, object]]]:
         try:
