@@ -34,29 +34,21 @@ class KeyResolver:
         self.ttl_s = ttl_s
         self._cache: dict[str, tuple[float, Principal]] = {}
         # One lookup per key at a time: when an entry expires under load, the requests that arrive
-        # meanwhile wait for that lookup instead of each querying the database.
-        self._inflight: dict[str, asyncio.Future[Principal | None]] = {}
+        # meanwhile share that lookup instead of each querying the database. It runs as its own task,
+        # so a caller that is cancelled (a client gone) does not cancel it for the others.
+        self._inflight: dict[str, asyncio.Task[Principal | None]] = {}
 
     async def resolve(self, secret: str) -> Principal | None:
         key_hash = hash_api_key(secret)
         cached = self._cache.get(key_hash)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
-        if (pending := self._inflight.get(key_hash)) is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[Principal | None] = asyncio.get_running_loop().create_future()
-        self._inflight[key_hash] = future
-        try:
-            principal = await self._lookup(key_hash)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # marked retrieved: waiters re-raise it, nobody else must report it
-            raise
-        else:
-            future.set_result(principal)
-        finally:
-            del self._inflight[key_hash]
-        return principal
+        task = self._inflight.get(key_hash)
+        if task is None:
+            task = asyncio.create_task(self._lookup(key_hash))
+            self._inflight[key_hash] = task
+            task.add_done_callback(lambda _: self._inflight.pop(key_hash, None))
+        return await asyncio.shield(task)
 
     async def _lookup(self, key_hash: str) -> Principal | None:
         async with self.sessionmaker() as session:

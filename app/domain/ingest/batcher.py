@@ -134,9 +134,7 @@ class IngestBatcher:
                 return await self._write(batch)
             raise
 
-    async def _write(  # noqa: PLR0912  (one pass over the batch per step keeps the statements few)
-        self, batch: list[_Request]
-    ) -> list[tuple[str, dict[str, object]]]:
+    async def _write(self, batch: list[_Request]) -> list[tuple[str, dict[str, object]]]:
         for request in batch:
             request.hashes = [body_hash(chunk) for chunk, _ in request.chunks]
         async with self.sessionmaker() as session, session.begin():
@@ -194,18 +192,11 @@ class IngestBatcher:
                             summary={"user_id": chunk.user_id, "seq": seq},
                         )
                     )
-            written = {a.chunk_id: a for _, plan in plans for a in plan if a is not None and not a.replayed}
-            for _, plan in plans:
-                for i, accepted in enumerate(plan):
-                    if isinstance(accepted, _Pending):  # the same key twice in one batch: answer as a replay
-                        first = written[accepted.chunk_id]
-                        plan[i] = Accepted(
-                            first.chunk_id, first.seq, first.status, first.user_id, replayed=True
-                        )
             inserted = await chunks.insert_many(new_rows)
             if len(inserted) != len(new_rows):
                 # Another process committed one of these idempotency keys first: answer from its chunk.
                 await self._resolve_lost_races(session, plans, inserted)
+            await self._answer_repeated_keys(chunks, plans, inserted)
             await AuditRepository(session).insert_many([a for a in audit_rows if _kept(a, inserted)])
         metrics.CHUNKS_ACCEPTED.inc(len(inserted))
         jobs: list[tuple[str, dict[str, object]]] = []
@@ -243,10 +234,33 @@ class IngestBatcher:
                     claims[(tenant_id, key)] = (uuid.uuid4(), digest)
                     plan.append(None)
         except ConflictError as exc:
-            request.future.set_exception(exc)
+            _fail_request(request, exc)
             return None
         claimed.update(claims)
         return plan
+
+    @staticmethod
+    async def _answer_repeated_keys(
+        chunks: ChunkRepository, plans: list[tuple[_Request, list[Accepted | None]]], inserted: set[uuid.UUID]
+    ) -> None:
+        """The same key twice in one batch: the later copies answer as replays of whatever the first
+        became (written here, or taken by another process first), looked up only after the insert."""
+        written = {a.chunk_id: a for _, plan in plans for a in plan if a is not None and not a.replayed}
+        for request, plan in plans:
+            for i, accepted in enumerate(plan):
+                if not isinstance(accepted, _Pending):
+                    continue
+                if (first := written.get(accepted.chunk_id)) is not None and first.chunk_id in inserted:
+                    plan[i] = Accepted(first.chunk_id, first.seq, first.status, first.user_id, replayed=True)
+                    continue
+                key = request.chunks[i][1]
+                assert key is not None
+                tenant_id = request.principal.tenant_id
+                winner = (await chunks.by_idempotency_keys([(tenant_id, key)]))[(tenant_id, key)]
+                try:
+                    plan[i] = _replay(winner, request.hashes[i])
+                except ConflictError as exc:
+                    _fail_request(request, exc)
 
     async def _resolve_lost_races(
         self,
@@ -269,7 +283,7 @@ class IngestBatcher:
                 except ConflictError as exc:
                     # The other process's body differs. (If this request carried several chunks, the
                     # others are written: the client learns of the conflict and may retry them by key.)
-                    request.future.set_exception(exc)
+                    _fail_request(request, exc)
 
 
 class _Pending(Accepted):
@@ -277,6 +291,12 @@ class _Pending(Accepted):
 
     def __init__(self, chunk_id: uuid.UUID) -> None:
         super().__init__(chunk_id, 0, "queued", "", replayed=True)
+
+
+def _fail_request(request: _Request, exc: BaseException) -> None:
+    """Answer a request with an error, once (a retried batch or a cancelled handler may come first)."""
+    if not request.future.done():
+        request.future.set_exception(exc)
 
 
 def _kept(audit_row: dict[str, object], inserted: set[uuid.UUID]) -> bool:

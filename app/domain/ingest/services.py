@@ -35,7 +35,9 @@ class Accepted:
 
 def body_hash(chunk: ChunkIn) -> str:
     """A hash of the chunk as parsed (key order and whitespace of the raw JSON do not matter)."""
-    encoded = msgspec.json.encode(msgspec.to_builtins(chunk), order="sorted")
+    body = msgspec.to_builtins(chunk)
+    body.pop("idempotency_key", None)  # a batch item carries its key in the body; it is not content
+    encoded = msgspec.json.encode(body, order="sorted")
     return hashlib.sha256(encoded).hexdigest()
 
 

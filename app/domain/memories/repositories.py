@@ -66,6 +66,7 @@ class MemoryState:
             "b_content": values.get("content", self.content),
             "b_tags": values.get("tags", list(self.tags)),
             "b_embedding": values.get("embedding"),
+            "b_memory_at": values.get("memory_at"),
         }
 
 
@@ -144,6 +145,7 @@ class MemoryRepository:
                 changeset_id=bindparam("b_changeset_id"),
                 updated_at=func.now(),
                 embedding=func.coalesce(bindparam("b_embedding", type_=m.embedding.type), m.embedding),
+                memory_at=func.coalesce(bindparam("b_memory_at", type_=m.memory_at.type), m.memory_at),
             )
         )
         await (await self.session.connection()).execute(stmt, list(rows))

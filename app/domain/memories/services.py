@@ -71,6 +71,7 @@ def _check_ops(  # noqa: PLR0912  (each guard is one branch)
     shown: dict[int, Shown],
     locked: dict[uuid.UUID, MemoryState],
     guards: list[dict[str, Any]],
+    memory_at: datetime | None,
 ) -> list[tuple[int, Op, list[MemoryState]]]:
     """The ops that may be applied, each with its target memories; the rest become guards."""
     accepted: list[tuple[int, Op, list[MemoryState]]] = []
@@ -85,6 +86,12 @@ def _check_ops(  # noqa: PLR0912  (each guard is one branch)
             continue
         if op.kind is OpKind.SUPERSEDE and not op.targets:
             _guard(guards, "bad_targets", index, op, "SUPERSEDE needs at least one target")
+            continue
+        if op.kind is OpKind.ADD and op.targets:
+            _guard(guards, "bad_targets", index, op, "ADD takes no targets")
+            continue
+        if len(set(op.targets)) != len(op.targets):
+            _guard(guards, "bad_targets", index, op, "an op names the same memory twice")
             continue
         if op.kind in _WRITES_CONTENT:
             text = (op.content or "").strip()
@@ -105,6 +112,15 @@ def _check_ops(  # noqa: PLR0912  (each guard is one branch)
             if problem or memory is None:
                 break
             targets.append(memory)
+        if problem is None and op.kind in (OpKind.UPDATE, OpKind.SUPERSEDE) and memory_at is not None:
+            newer = [m for m in targets if m.memory_at is not None and m.memory_at > memory_at]
+            if newer:
+                # An older statement never rewrites a newer fact (a late import, a replayed history).
+                problem = (
+                    "older_fact",
+                    f"the statement ({memory_at:%Y-%m-%d}) is older than a memory it "
+                    f"would replace ({newer[0].memory_at:%Y-%m-%d})",
+                )
         if problem:
             _guard(guards, problem[0], index, op, problem[1])
             continue
@@ -143,7 +159,7 @@ async def apply_ops(
     memories = MemoryRepository(session)
     target_ids = {shown[t].memory_id for op in ops for t in op.targets if t in shown}
     locked = await memories.lock_states(tenant_id, user_id, sorted(target_ids))
-    accepted = _check_ops(ops, shown, locked, guards)
+    accepted = _check_ops(ops, shown, locked, guards, memory_at)
 
     changeset_id = changeset_id or uuid.uuid4()
     texts = [(op.content or "").strip() for _, op, _ in accepted if op.kind in _WRITES_CONTENT]
@@ -234,15 +250,15 @@ async def apply_ops(
             embedding = next(vectors)
             content = (op.content or "").strip()
             tags = list(op.tags) or list(old.tags)
-            changed_rows.append(old.change(changeset_id, content=content, tags=tags, embedding=embedding))
-            version(
-                old.id,
-                old.version + 1,
-                "UPDATE",
-                old.state() | {"content": content, "tags": tags},
-                op.reason,
-                embedding,
+            changed_rows.append(
+                old.change(changeset_id, content=content, tags=tags, embedding=embedding, memory_at=memory_at)
             )
+            updated = old.state() | {
+                "content": content,
+                "tags": tags,
+                "memory_at": memory_at or old.memory_at,
+            }
+            version(old.id, old.version + 1, "UPDATE", updated, op.reason, embedding)
             entry["memory_id"] = str(old.id)
         elif op.kind is OpKind.DELETE:
             old = targets[0]

@@ -52,7 +52,8 @@ _CLAIM = (
 )
 _MARK_APPLIED = (
     update(CHUNKS)
-    .where(_c.id == bindparam("p_chunk_id"), _c.status != "applied")
+    # Fenced by the claim: if this worker lost its lock and another took the chunk since, nothing happens.
+    .where(_c.id == bindparam("p_chunk_id"), _c.status == "processing", _c.attempts == bindparam("p_attempt"))
     .values(
         status="applied",
         changeset_id=bindparam("p_changeset_id"),
@@ -112,10 +113,11 @@ class PipelineRepository:
         row = (await self.session.execute(_CLAIM, params)).first()
         return None if row is None else ChunkRow(**row._asdict())
 
-    async def mark_applied(self, chunk_id: uuid.UUID, changeset_id: uuid.UUID) -> bool:
-        """Flip the chunk to `applied`; False if an earlier delivery already did (then roll back)."""
+    async def mark_applied(self, chunk_id: uuid.UUID, changeset_id: uuid.UUID, attempt: int) -> bool:
+        """Flip the chunk claimed as `attempt` to `applied`; False if it is no longer that claim
+        (applied or re-claimed elsewhere meanwhile): then the caller rolls back."""
         result = await self.session.execute(
-            _MARK_APPLIED, {"p_chunk_id": chunk_id, "p_changeset_id": changeset_id}
+            _MARK_APPLIED, {"p_chunk_id": chunk_id, "p_changeset_id": changeset_id, "p_attempt": attempt}
         )
         return result.first() is not None
 
@@ -127,6 +129,7 @@ class PipelineRepository:
         raw_output: str | None,
         final: bool,
         available_at: datetime | None,
+        attempt: int | None = None,
     ) -> bool:
         """Record a failed attempt: back to `queued` until `available_at`, or `failed` for good."""
         values: dict[str, Any] = {
@@ -137,9 +140,10 @@ class PipelineRepository:
         }
         if available_at is not None:
             values["available_at"] = available_at
-        result = await self.session.execute(
-            update(CHUNKS).where(_c.id == chunk_id, _c.status != "applied").values(**values).returning(_c.id)
-        )
+        fence = [_c.id == chunk_id, _c.status != "applied"]
+        if attempt is not None:  # a failed attempt of this worker's claim, not of someone else's
+            fence.append(_c.attempts == attempt)
+        result = await self.session.execute(update(CHUNKS).where(*fence).values(**values).returning(_c.id))
         return result.first() is not None
 
     async def has_ready(self, tenant_id: uuid.UUID, user_id: str) -> bool:

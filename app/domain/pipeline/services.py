@@ -93,16 +93,18 @@ async def process_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) 
     key = scope_lock_key(tenant_id, user_id)
     while True:
         async with deps.engine.connect() as conn:
-            locked = await conn.scalar(select(func.pg_try_advisory_lock(key)))
-            await conn.commit()
-            if not locked:
-                run.locked_elsewhere = True
-                return run
+            locked = False
             try:
+                locked = bool(await conn.scalar(select(func.pg_try_advisory_lock(key))))
+                await conn.commit()
+                if not locked:
+                    run.locked_elsewhere = True
+                    return run
                 while await _process_next(conn, deps, tenant_id, user_id, run):
                     pass
             finally:
-                await _unlock(conn, key)
+                if locked:
+                    await _unlock(conn, key)
         if run.retry_at is not None:
             return run
         # A wake-up that arrived while we held the lock gave up on it; make sure its chunk is not left
@@ -117,9 +119,11 @@ async def _unlock(conn: AsyncConnection, key: int) -> None:
         await conn.rollback()
         await conn.scalar(select(func.pg_advisory_unlock(key)))
         await conn.commit()
-    except Exception:  # noqa: BLE001  (a broken connection must not return to the pool holding the lock)
-        with contextlib.suppress(Exception):
+    except BaseException:
+        # Failed or cancelled: a connection must never return to the pool still holding the lock.
+        with contextlib.suppress(BaseException):
             await conn.invalidate()
+        raise
 
 
 async def _process_next(
@@ -182,7 +186,9 @@ async def _process_next(
         _count_tokens(writer, result)
         started = time.perf_counter()
         changeset_id = uuid.uuid4()
-        if not await repo.mark_applied(chunk.id, changeset_id):  # applied meanwhile by an earlier delivery
+        if not await repo.mark_applied(
+            chunk.id, changeset_id, attempt
+        ):  # applied meanwhile by an earlier delivery
             await session.rollback()
             run.skipped += 1
             return True
@@ -275,7 +281,12 @@ async def _fail(
 ) -> None:
     attempts = attempt if attempt is not None else chunk.attempts
     recorded = await PipelineRepository(session).mark_failed_attempt(
-        chunk.id, error=error[:_MAX_ERROR_CHARS], raw_output=raw, final=final, available_at=retry_at
+        chunk.id,
+        error=error[:_MAX_ERROR_CHARS],
+        raw_output=raw,
+        final=final,
+        available_at=retry_at,
+        attempt=attempt,
     )
     if not recorded:
         return

@@ -254,3 +254,23 @@ async def test_ingestion_keeps_accepting_while_redis_is_down(
         ]
     assert {r.status_code for r in responses} == {202}
     assert await count(sessionmaker) == 5
+
+
+async def test_a_key_repeated_inside_one_batch(
+    client: Client, tenant: TenantKeys, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    headers = await ingest_key(client, tenant)
+    same = {"chunks": [chunk(idempotency_key="k-1"), chunk(idempotency_key="k-1")]}
+    response = await client.post("/v1/chunks/batch", json=same, headers=headers)
+    assert response.status_code == 202, response.text
+    first, second = response.json()["results"]
+    assert first["chunk_id"] == second["chunk_id"]
+    assert first["seq"] == second["seq"] == 1
+    # The key sent as a header for the same content is the same request, not a conflict.
+    again = await client.post("/v1/chunks", json=chunk(), headers={**headers, "Idempotency-Key": "k-1"})
+    assert again.status_code == 200
+    assert again.json()["chunk_id"] == first["chunk_id"]
+    differ = {"chunks": [chunk(idempotency_key="k-2"), chunk(text_="I live in Oslo.", idempotency_key="k-2")]}
+    response = await client.post("/v1/chunks/batch", json=differ, headers=headers)
+    assert response.status_code == 409
+    assert await count(sessionmaker) == 1

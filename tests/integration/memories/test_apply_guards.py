@@ -1,0 +1,118 @@
+"""apply_ops drops what a writer may not do, records why on the changeset, and writes the rest."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.models import Changeset, Memory
+from app.domain.memories.services import Provenance, Shown, apply_ops
+from app.embeddings import HashingEmbedder
+from app.writers.base import Op, OpKind
+from tests.conftest import TenantKeys
+
+EMBEDDER = HashingEmbedder(384)
+PROVENANCE = Provenance(actor="test", writer="test")
+
+
+async def _apply(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    tenant: TenantKeys,
+    ops: list[Op],
+    shown: dict[int, Shown] | None = None,
+    memory_at: datetime | None = None,
+) -> tuple[uuid.UUID, list[dict[str, object]]]:
+    async with sessionmaker() as session, session.begin():
+        outcome = await apply_ops(
+            session,
+            tenant_id=tenant.tenant_id,
+            user_id="u",
+            ops=ops,
+            shown=shown or {},
+            provenance=PROVENANCE,
+            embedder=EMBEDDER,
+            memory_at=memory_at,
+        )
+    return outcome.changeset_id, outcome.guards
+
+
+async def _memory(sessionmaker: async_sessionmaker[AsyncSession], content: str) -> Memory:
+    async with sessionmaker() as session:
+        memory = await session.scalar(select(Memory).where(Memory.content == content))
+    assert memory is not None
+    return memory
+
+
+async def test_guards_drop_bad_ops_and_keep_the_bank(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    may_2024 = datetime(2024, 5, 1, tzinfo=UTC)
+    await _apply(sessionmaker, tenant, [Op(OpKind.ADD, "The user lives in Lyon.")], memory_at=may_2024)
+    lyon = await _memory(sessionmaker, "The user lives in Lyon.")
+    shown = {0: Shown(lyon.id, lyon.version)}
+    ops = [
+        Op(OpKind.SUPERSEDE, "The user lives in Paris.", targets=(0,)),  # an older statement
+        Op(OpKind.DELETE, targets=(7,)),  # an id that was never shown
+        Op(OpKind.SUPERSEDE, "The user lives in Rome.", targets=(0, 0)),  # the same memory twice
+        Op(OpKind.ADD, "The user lives in Oslo.", targets=(0,)),  # ADD names no targets
+        Op(OpKind.UPDATE, "", targets=(0,)),  # empty content
+    ]
+    changeset_id, guards = await _apply(
+        sessionmaker, tenant, ops, shown, memory_at=datetime(2022, 1, 1, tzinfo=UTC)
+    )
+    assert [(g["guard"], g["op_index"]) for g in guards] == [
+        ("older_fact", 0),
+        ("unknown_id", 1),
+        ("bad_targets", 2),
+        ("bad_targets", 3),
+        ("bad_content", 4),
+    ]
+    lyon_now = await _memory(sessionmaker, "The user lives in Lyon.")
+    assert (lyon_now.status, lyon_now.version) == ("active", 1)
+    async with sessionmaker() as session:
+        changeset = await session.get(Changeset, changeset_id)
+        assert changeset is not None
+        assert changeset.ops == []
+        assert [g["guard"] for g in changeset.guards] == [g["guard"] for g in guards]
+        assert (
+            await session.scalar(
+                select(Memory).where(
+                    Memory.content.in_(
+                        ["The user lives in Paris.", "The user lives in Rome.", "The user lives in Oslo."]
+                    )
+                )
+            )
+            is None
+        )
+
+
+async def test_stale_target_and_newer_update(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    await _apply(
+        sessionmaker,
+        tenant,
+        [Op(OpKind.ADD, "The user mainly uses Python.")],
+        memory_at=datetime(2024, 1, 1, tzinfo=UTC),
+    )
+    memory = await _memory(sessionmaker, "The user mainly uses Python.")
+    later = datetime(2025, 3, 1, tzinfo=UTC)
+    _, guards = await _apply(
+        sessionmaker,
+        tenant,
+        [Op(OpKind.UPDATE, "The user mainly uses Rust.", targets=(0,))],
+        {0: Shown(memory.id, memory.version)},
+        memory_at=later,
+    )
+    assert guards == []
+    updated = await _memory(sessionmaker, "The user mainly uses Rust.")
+    assert (updated.version, updated.memory_at) == (2, later)
+    # A writer that was shown version 1 cannot change the memory now at version 2.
+    _, guards = await _apply(
+        sessionmaker, tenant, [Op(OpKind.DELETE, targets=(0,))], {0: Shown(memory.id, 1)}, memory_at=later
+    )
+    assert [g["guard"] for g in guards] == ["stale_target"]
+    assert (await _memory(sessionmaker, "The user mainly uses Rust.")).status == "active"
