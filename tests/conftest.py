@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -57,19 +59,31 @@ async def _admin_connect(servers: Servers) -> asyncpg.Connection:
     )
 
 
+def server_dir(prefix: str) -> Path:
+    """A directory for a server that runs as another user (Postgres runs as `pgserver` under root).
+
+    Not under pytest's temporary root: pytest makes that private (0700) whenever a session starts,
+    which would lock a running server out of its own data directory.
+    """
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
 @pytest.fixture(scope="session")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+def servers() -> Iterator[Servers]:
     database_url = os.environ.get("MEMSTORE_DATABASE_URL")
     redis_url = os.environ.get("MEMSTORE_REDIS_URL")
-    stack = None
+    stack, data_dir = None, None
     if database_url is None or redis_url is None:
-        stack = EmbeddedStack(Path(tmp_path_factory.mktemp("stack")), database_url, redis_url)
+        data_dir = server_dir("memstore-tests-")
+        stack = EmbeddedStack(data_dir, database_url, redis_url)
         database_url, redis_url = stack.start()
     try:
         yield Servers(database_url, redis_url, stack)
     finally:
         if stack is not None:
             stack.stop()
+        if data_dir is not None:
+            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

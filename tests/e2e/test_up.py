@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +15,8 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+
+from tests.conftest import server_dir
 
 pytestmark = pytest.mark.e2e
 
@@ -91,7 +94,7 @@ def _chunk_is_applied_and_counted(port: int, headers: dict[str, str]) -> None:
 
 
 def test_up_is_ready_stops_cleanly_and_keeps_data(tmp_path: Path) -> None:
-    data_dir, port = tmp_path / "data", _free_port()
+    data_dir, port = server_dir("memstore-e2e-") / "data", _free_port()
 
     first = _start(data_dir, port, tmp_path / "first.log")
     try:
@@ -123,3 +126,4 @@ def test_up_is_ready_stops_cleanly_and_keeps_data(tmp_path: Path) -> None:
     finally:
         if second.poll() is None:
             second.kill()
+        shutil.rmtree(data_dir.parent, ignore_errors=True)

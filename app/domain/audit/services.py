@@ -2,7 +2,8 @@
 
 Recording is a plain insert inside the caller's transaction, so audited writes of one tenant never
 wait for each other. Sealing links committed events into the tenant's hash chain in `id` order; the
-workers run it every few seconds and `verify_chain` runs it first, so the unsealed tail is short.
+workers run it every few seconds, so the unsealed tail is short (a verifier seals first if it wants
+it empty).
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ async def verify_chain(session: AsyncSession, tenant_id: uuid.UUID) -> ChainVerd
     """Recompute every link of the sealed chain; report the first event whose hash, link or position
     is wrong. Events not yet sealed are counted, not checked."""
     repo = AuditRepository(session)
+    # One snapshot for the walk and the head, so a sealer committing meanwhile cannot look like a
+    # truncated chain.
+    await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
     prev_hash, expected_seq, checked = GENESIS_HASH, 1, 0
     async for event in repo.stream_sealed(tenant_id):
         if event.seq != expected_seq:

@@ -30,7 +30,7 @@ from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
 from app.domain.ingest.schemas import ChunkIn
 from app.domain.ingest.services import Accepted, body_hash, wake_up_jobs
 from app.lib import metrics
-from app.lib.errors import ConflictError
+from app.lib.errors import ApiError, ConflictError
 from app.lib.queue import JobQueue
 
 log = structlog.get_logger(__name__)
@@ -84,11 +84,23 @@ class IngestBatcher:
         return await future
 
     async def close(self) -> None:
+        """Stop the writers; requests still waiting (none, after a graceful drain) get a 503."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for lane in self._lanes:
+            while lane.pending:
+                _fail_request(
+                    lane.pending.popleft(),
+                    ApiError(
+                        "The server is shutting down; retry.",
+                        code="unavailable",
+                        status_code=503,
+                        headers={"Retry-After": "2"},
+                    ),
+                )
 
     def _take(self, lane: _Lane) -> list[_Request]:
         taken: list[_Request] = []
