@@ -23,7 +23,7 @@ from app.domain.system.controllers import SystemController
 from app.lib.errors import EXCEPTION_HANDLERS
 from app.lib.logging import configure_logging
 from app.lib.queue import JobQueue, create_redis
-from app.server.dependencies import provide_db_session, provide_job_buffer
+from app.server.dependencies import provide_db_session
 from app.server.middleware import request_context_middleware, stamp_response
 from app.writers.registry import WriterRegistry
 
@@ -67,7 +67,6 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         lifespan=[lifespan],
         dependencies={
             "db_session": Provide(provide_db_session),
-            "job_buffer": Provide(provide_job_buffer),
         },
         middleware=[
             request_context_middleware,

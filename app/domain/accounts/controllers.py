@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from litestar import Controller, Request, delete, get, post
+from litestar import Controller, Request, Response, delete, get, post
+from litestar.background_tasks import BackgroundTask
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
@@ -71,7 +72,7 @@ class ApiKeyController(Controller):
         key_id: FromPath[uuid.UUID],
         db_session: NamedDependency[AsyncSession],
         request: Request[Principal, Any, Any],
-    ) -> None:
+    ) -> Response[None]:
         await services.revoke_api_key(
             db_session,
             tenant_id=request.user.tenant_id,
@@ -80,4 +81,7 @@ class ApiKeyController(Controller):
             request_id=request.state.get("request_id"),
         )
         resolver: KeyResolver = request.app.state.key_resolver
-        resolver.forget(key_id)
+        # After the commit, or a lookup in between could cache the key again as still valid.
+        return Response(
+            None, status_code=HTTP_204_NO_CONTENT, background=BackgroundTask(resolver.forget, key_id)
+        )

@@ -12,7 +12,9 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.config import Settings
 from app.db.models import ApiKey
+from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer
 
 Client = AsyncTestClient[Litestar]
@@ -143,3 +145,18 @@ async def test_request_id_is_echoed_or_generated(client: Client) -> None:
     response = await client.get("/v1/admin/keys")
     assert response.status_code == 401
     assert re.fullmatch(r"[0-9a-f]{32}", response.headers["x-request-id"])
+
+
+async def test_revocation_takes_effect_at_once_despite_the_key_cache(
+    settings: Settings, tenant: TenantKeys
+) -> None:
+    cached = settings.model_copy(update={"auth_cache_ttl_s": 60.0})
+    async with AsyncTestClient(create_app(cached, configure_logs=False)) as client:
+        created = await create_key(client, tenant, ["admin"])
+        assert (
+            await client.get("/v1/admin/keys", headers=bearer(created["key"]))
+        ).status_code == 200  # now cached
+        assert (
+            await client.delete(f"/v1/admin/keys/{created['id']}", headers=tenant.admin)
+        ).status_code == 204
+        assert (await client.get("/v1/admin/keys", headers=bearer(created["key"]))).status_code == 401
