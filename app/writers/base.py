@@ -110,5 +110,7 @@ class Writer(Protocol):
     profile: str | None  # the protocol spoken to the model (hy-memory, mem0, simple), if any
     # How many earlier messages of the scope it wants as context; None: MEMSTORE_CONTEXT_MESSAGES.
     context_messages: int | None
+    # Whether to be shown memories related to the whole chunk up front (False: it calls `search` itself).
+    initial_candidates: bool
 
     async def write(self, request: WriteRequest) -> WriteResult: ...

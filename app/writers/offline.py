@@ -678,8 +678,16 @@ class OfflineWriter:
         self.profile: str | None = None
         # Only the chunk's own user statements are evidence, so the scope's earlier messages are not read.
         self.context_messages: int | None = 0
+        # Candidates are searched for what was stated, in the memories' own phrasing ("The user lives in
+        # Seattle." finds "The user lives in Lyon."), and not at all for a chunk that states nothing.
+        self.initial_candidates = False
 
     async def write(self, request: WriteRequest) -> WriteResult:
         # request.context is deliberately unused: only the chunk's own user statements are evidence.
-        ops = _reconcile(list(_statements(request)), request.candidates)
+        statements = list(_statements(request))
+        candidates = request.candidates
+        if statements and request.search is not None:
+            found = await request.search([f.content or f"{f.label} {f.value}" for f in statements])
+            candidates = tuple(sorted(set(candidates) | set(found), key=lambda c: c.local_id))
+        ops = _reconcile(statements, candidates) if statements else []
         return WriteResult(ops=ops, raw_output=None, prompt_hash=RULES_HASH, usage={})

@@ -159,8 +159,14 @@ async def _process_next(
         attempt = chunk.attempts
         writer = deps.writers.get(chunk.writer or "default")
         # Writers plugged in by import path may predate `context_messages`; they get the default.
-        wanted = getattr(writer, "context_messages", None)
-        request, shown = await _build_request(session, conn, deps, chunk, wanted)
+        request, shown = await _build_request(
+            session,
+            conn,
+            deps,
+            chunk,
+            getattr(writer, "context_messages", None),
+            initial_candidates=getattr(writer, "initial_candidates", True),
+        )
         await session.commit()  # no snapshot or lock is held while the writer thinks
 
         log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
@@ -336,6 +342,8 @@ async def _build_request(
     deps: PipelineDeps,
     chunk: ChunkRow,
     context_messages: int | None,
+    *,
+    initial_candidates: bool = True,
 ) -> tuple[WriteRequest, dict[int, Shown]]:
     """The writer's view: new messages, recent context, and related memories under local ids."""
     settings = deps.settings
@@ -377,7 +385,7 @@ async def _build_request(
     user_text = "\n".join(m.content for m in messages if m.role == "user") or "\n".join(
         m.content for m in messages
     )
-    initial = await search(MemoryRepository(session), [user_text])
+    initial = await search(MemoryRepository(session), [user_text]) if initial_candidates else ()
     request = WriteRequest(
         user_id=chunk.user_id,
         agent_id=chunk.agent_id,

@@ -248,3 +248,25 @@ async def test_writer_sees_recent_context_and_scope_candidates_only(
     assert usage["context"] == ["Got it.", "I like tea.", "Got it."]
     assert sorted(c for _, c in usage["candidates"]) == ["The user likes tea.", "The user lives in Oslo."]
     assert sorted(i for i, _ in usage["candidates"]) == [0, 1]
+
+
+async def test_offline_writer_finds_the_fact_it_replaces_in_a_large_bank(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    # Few candidates per query, many memories: "I moved to Berlin" shares no word with "The user lives
+    # in Lyon", so only a search in the memory's own phrasing finds the fact to supersede (older
+    # memories win ties, so a search on the raw text would return two of the likes).
+    settings = pipeline_settings.model_copy(update={"candidate_limit": 2})
+    likes = [f"I like {x}." for x in ["jazz", "tea", "chess", "sushi", "hiking"]]
+    facts = [*likes, "I live in Lyon.", "I moved to Berlin."]
+    await post_users(api, ingest_headers, ["big"], facts=facts)
+    async with running_worker(settings):
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, len(facts))
+    memories = {c: s for c, s, _ in (await bank(sessionmaker, tenant.tenant_id))["big"]["memories"]}
+    assert memories["The user lives in Lyon."] == "superseded"
+    assert memories["The user lives in Berlin."] == "active"
+    assert sum(1 for s in memories.values() if s == "active") == 6
