@@ -32,7 +32,12 @@ class WriterRegistry:
         self.register("offline", _offline_factory)
         for name, path in settings.writer_plugins.items():
             self.register(name, functools.partial(_load(path), name=name))
-        self.default_name = settings.writer if settings.writer in self._factories else "offline"
+        if settings.writer not in self._factories:
+            # Fail at start-up rather than quietly run another writer than the one configured.
+            available = ", ".join(sorted(self._factories))
+            msg = f"MEMSTORE_WRITER={settings.writer!r} is not available here (available: {available})"
+            raise ValueError(msg)
+        self.default_name = settings.writer
 
     def register(self, name: str, factory: Callable[[], Writer]) -> None:
         self._factories[name] = factory

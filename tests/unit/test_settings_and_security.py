@@ -46,3 +46,15 @@ def test_admin_implies_every_role() -> None:
     assert has_role({"admin"}, "ingest")
     assert has_role({"read"}, "read")
     assert not has_role({"read"}, "write")
+
+
+def test_an_unavailable_default_writer_fails_loudly() -> None:
+    from app.writers.registry import WriterRegistry
+
+    with pytest.raises(ValueError, match="not available"):
+        WriterRegistry(Settings(writer="openai"))
+    registry = WriterRegistry(Settings(writer="offline"))
+    assert registry.resolve_name(None) == "offline"
+    assert registry.resolve_name("nope") == "offline"
+    assert registry.knows("default")
+    assert not registry.knows("nope")
