@@ -216,13 +216,6 @@ class EmbeddedPostgres:
         _stop_process(self._proc, signal.SIGINT, timeout_s)
         self._proc = None
 
-    def kill(self) -> None:
-        """Crash the server (SIGKILL of the postmaster), as a fault test would."""
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait(10)
-            self._proc = None
-
 
 @dataclass
 class EmbeddedRedis:

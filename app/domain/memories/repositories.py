@@ -174,11 +174,3 @@ class ChangesetRepository:
 
     async def insert(self, row: dict[str, Any]) -> None:
         await self.session.execute(insert(CHANGESETS), [row])
-
-    async def for_user(self, tenant_id: uuid.UUID, user_id: str) -> Sequence[Changeset]:
-        stmt = (
-            select(Changeset)
-            .where(Changeset.tenant_id == tenant_id, Changeset.user_id == user_id)
-            .order_by(Changeset.created_at, Changeset.id)
-        )
-        return (await self.session.scalars(stmt)).all()
