@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -90,13 +90,54 @@ class Settings(BaseSettings):
     )
 
     # --- writer and embeddings -------------------------------------------------------------
-    writer: Literal["offline", "openai"] = Field(default="offline", description="Default writer kind.")
-    writer_profile: str = Field(default="hy-memory", description="Protocol spoken to an LLM writer.")
+    writer: str = Field(
+        default="offline",
+        description="Default writer: offline, openai (MEMSTORE_WRITER_* endpoint) or a writers-file name.",
+        min_length=1,
+    )
+    writers_file: Path | None = Field(
+        default=None, description="TOML file declaring named writers ([writers.NAME] tables); see docs."
+    )
+    writer_profile: str = Field(
+        default="hy-memory", description="Protocol spoken to the openai writer: hy-memory, mem0, simple."
+    )
     writer_base_url: str = Field(
         default="http://127.0.0.1:8001/v1", description="OpenAI-compatible endpoint of the writer model."
     )
     writer_model: str = Field(default="hy-memory", description="Model name sent to the writer endpoint.")
     writer_api_key: str | None = Field(default=None, description="Bearer key for the writer endpoint.")
+    writer_request_timeout_s: float = Field(
+        default=30.0, description="Longest one HTTP request to the writer model may take."
+    )
+    writer_max_retries: int = Field(
+        default=2, description="Retries of one model request on timeouts, 429 and 5xx (jittered backoff)."
+    )
+    writer_max_concurrency: int = Field(
+        default=64, description="Model requests in flight per process and writer (more wait their turn)."
+    )
+    writer_max_tokens: int = Field(
+        default=4096, description="Upper bound of max_tokens per model request (it grows with candidates)."
+    )
+    writer_response_format: Literal["auto", "json_schema", "json_object", "none"] = Field(
+        default="auto",
+        description="Structured output: auto sends a JSON schema and drops it if the server refuses it.",
+    )
+    writer_extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="JSON merged into every model request body (vLLM options ...)."
+    )
+    writer_prompts_dir: Path | None = Field(
+        default=None, description="Directory of replacement prompt templates (<profile>/<name>.txt)."
+    )
+    writer_max_ops: int = Field(
+        default=50, description="Most ops applied from one chunk; the rest are dropped."
+    )
+    max_memory_chars: int = Field(default=2_000, description="Longest memory content a writer may store.")
+    duplicate_threshold: float = Field(
+        default=0.95,
+        description="Cosine similarity at which an ADD is a near-duplicate of an active memory (NOOP).",
+        gt=0.0,
+        le=1.0,
+    )
     embedder: str = Field(default="hashing", description="Embedder name (hashing, openai, local).")
     embedding_dim: int = Field(
         default=384, description="Vector dimension of memories; fixed by the initial migration."

@@ -54,6 +54,7 @@ async def startup(ctx: dict[str, Any]) -> None:
 
 async def shutdown(ctx: dict[str, Any]) -> None:
     await ctx["redis"].delete(HEARTBEAT_KEY.format(name=ctx["worker_name"]))
+    await ctx["pipeline"].writers.aclose()
     await ctx["engine"].dispose()
     log.info("worker.stopped", worker=ctx["worker_name"])
 

@@ -45,6 +45,11 @@ WRITER_LATENCY = Histogram(
 WRITER_TOKENS = Counter(
     "memstore_writer_tokens_total", "Tokens reported by LLM writers.", ["writer", "model", "kind"]
 )
+WRITER_REQUESTS = Counter(
+    "memstore_writer_requests_total",
+    "HTTP requests to writer models, by outcome (ok, timeout, http_429, http_5xx ...).",
+    ["writer", "outcome"],
+)
 APPLY_LATENCY = Histogram(
     "memstore_apply_duration_seconds",
     "Time to apply one chunk's ops (one transaction).",

@@ -15,7 +15,7 @@ import app
 from app.config import Settings, get_settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.domain.accounts.auth import PUBLIC_PATHS, ApiKeyAuthenticationMiddleware, KeyResolver
-from app.domain.accounts.controllers import ApiKeyController
+from app.domain.accounts.controllers import ApiKeyController, TenantSettingsController
 from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.controllers import ChunkController
 from app.domain.memories.controllers import MemoryController
@@ -27,7 +27,13 @@ from app.server.dependencies import provide_db_session
 from app.server.middleware import request_context_middleware, stamp_response
 from app.writers.registry import WriterRegistry
 
-ROUTE_HANDLERS = [SystemController, ApiKeyController, ChunkController, MemoryController]
+ROUTE_HANDLERS = [
+    SystemController,
+    ApiKeyController,
+    TenantSettingsController,
+    ChunkController,
+    MemoryController,
+]
 
 
 def create_app(settings: Settings | None = None, *, configure_logs: bool = True) -> Litestar:

@@ -92,14 +92,22 @@ class WriteResult:
     raw_output: str | None = None  # exactly what the model returned (None for non-LLM writers)
     prompt_hash: str | None = None  # hash of the prompt template(s) used
     usage: dict[str, Any] = field(default_factory=dict)  # tokens, latency
+    # What the writer itself dropped from the model's answer (an unknown op, an invented id), recorded
+    # on the changeset beside the guards the apply step adds.
+    guards: list[dict[str, Any]] = field(default_factory=list)
 
 
 class WriterError(Exception):
-    """The writer failed for this chunk (timeout, garbage output ...); the chunk may be retried."""
+    """The writer failed for this chunk (timeout, garbage output ...); the chunk may be retried.
 
-    def __init__(self, message: str, raw_output: str | None = None) -> None:
+    `attempt_limit` caps the chunk's attempts for this kind of failure below MEMSTORE_MAX_ATTEMPTS
+    (a model that answered garbage twice will not do better a fifth time).
+    """
+
+    def __init__(self, message: str, raw_output: str | None = None, attempt_limit: int | None = None) -> None:
         super().__init__(message)
         self.raw_output = raw_output
+        self.attempt_limit = attempt_limit
 
 
 class Writer(Protocol):

@@ -1,17 +1,40 @@
 """Which writer handles a chunk: the chunk's `writer` field, else the tenant's default, else the
 deployment's (`MEMSTORE_WRITER`). Names resolve to writer instances built once per process.
+
+Writers come from four places: `offline` (always there); `openai`, the endpoint the
+`MEMSTORE_WRITER_*` settings describe; named writers in the TOML file `MEMSTORE_WRITERS_FILE`:
+
+    [writers.hy-prod]
+    profile = "hy-memory"              # hy-memory | mem0 | simple
+    base_url = "http://vllm:8000/v1"
+    model = "hy-memory"
+    api_key_env = "HY_MEMORY_KEY"      # the key is read from this variable, never from the file
+    max_concurrency = 128
+    extra_body = { top_k = 1 }
+
+    [writers.rules]
+    kind = "offline"
+
+and writers plugged in by import path (`MEMSTORE_WRITER_PLUGINS`).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import os
+import tomllib
 from collections.abc import Callable
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
 
 from app.config import Settings
 from app.writers.base import Writer
+from app.writers.llm import LLMWriter, LLMWriterSpec
 
 DEFAULT = "default"
+_SPEC_KEYS = {f.name for f in fields(LLMWriterSpec)}
 
 
 def _load(path: str) -> Callable[..., Writer]:
@@ -23,6 +46,64 @@ def _load(path: str) -> Callable[..., Writer]:
     return factory
 
 
+def spec_from_settings(settings: Settings) -> LLMWriterSpec:
+    """The `openai` writer: the endpoint and profile of the MEMSTORE_WRITER_* settings."""
+    return LLMWriterSpec(
+        profile=settings.writer_profile,
+        base_url=settings.writer_base_url,
+        model=settings.writer_model,
+        api_key=settings.writer_api_key,
+        timeout_s=settings.writer_request_timeout_s,
+        max_retries=settings.writer_max_retries,
+        max_concurrency=settings.writer_max_concurrency,
+        max_tokens=settings.writer_max_tokens,
+        response_format=settings.writer_response_format,
+        extra_body=settings.writer_extra_body,
+        prompts_dir=settings.writer_prompts_dir,
+    )
+
+
+def read_writers_file(path: Path, settings: Settings) -> dict[str, Callable[[str], Writer]]:
+    """Name -> factory for each `[writers.NAME]` table; a mistake in the file fails start-up, by name."""
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        msg = f"cannot read writers file {path}: {exc}"
+        raise ValueError(msg) from exc
+    factories: dict[str, Callable[[str], Writer]] = {}
+    for name, table in (document.get("writers") or {}).items():
+        if not isinstance(table, dict):
+            msg = f"writers file {path}: [writers.{name}] must be a table"
+            raise ValueError(msg)
+        factories[name] = _factory_for(name, dict(table), settings, path)
+    return factories
+
+
+def _factory_for(name: str, table: dict[str, Any], settings: Settings, path: Path) -> Callable[[str], Writer]:
+    where = f"writers file {path}, [writers.{name}]"
+    kind = table.pop("kind", "openai")
+    if kind == "offline":
+        return _offline_factory
+    if kind == "plugin":
+        return _load(str(table.get("path", "")))
+    if kind != "openai":
+        msg = f"{where}: kind must be openai, offline or plugin, not {kind!r}"
+        raise ValueError(msg)
+    if env := table.pop("api_key_env", None):
+        table["api_key"] = os.environ.get(str(env))
+    if unknown := set(table) - _SPEC_KEYS:
+        allowed = sorted(_SPEC_KEYS | {"kind", "api_key_env"})
+        msg = f"{where}: unknown keys {sorted(unknown)} (allowed: {allowed})"
+        raise ValueError(msg)
+    defaults = spec_from_settings(settings)
+    values = {f: getattr(defaults, f) for f in _SPEC_KEYS} | table
+    if "prompts_dir" in table:
+        values["prompts_dir"] = Path(table["prompts_dir"])
+    spec = LLMWriterSpec(**values)
+    LLMWriter(name, spec)  # validate now (profile name, prompt files), not at the first chunk
+    return functools.partial(LLMWriter, spec=spec)
+
+
 class WriterRegistry:
     """Name -> writer. `default` is an alias for the deployment's configured writer."""
 
@@ -30,6 +111,13 @@ class WriterRegistry:
         self._factories: dict[str, Callable[[], Writer]] = {}
         self._instances: dict[str, Writer] = {}
         self.register("offline", _offline_factory)
+        if settings.writer == "openai" or settings.model_fields_set & {"writer_base_url", "writer_model"}:
+            spec = spec_from_settings(settings)
+            LLMWriter("openai", spec)  # fail now on a bad profile or prompt directory
+            self.register("openai", functools.partial(LLMWriter, "openai", spec))
+        if settings.writers_file is not None:
+            for name, factory in read_writers_file(settings.writers_file, settings).items():
+                self.register(name, functools.partial(factory, name))
         for name, path in settings.writer_plugins.items():
             self.register(name, functools.partial(_load(path), name=name))
         if settings.writer not in self._factories:
@@ -56,14 +144,19 @@ class WriterRegistry:
                 return name
         return self.default_name
 
-    def get(self, name: str) -> Writer:
-        name = self.resolve_name(name)
+    def get(self, name: str | None, tenant_default: str | None = None) -> Writer:
+        name = self.resolve_name(name, tenant_default)
         if name not in self._instances:
             self._instances[name] = self._factories[name]()
         return self._instances[name]
 
+    async def aclose(self) -> None:
+        for writer in self._instances.values():
+            if (close := getattr(writer, "aclose", None)) is not None:
+                await close()
 
-def _offline_factory() -> Writer:
+
+def _offline_factory(name: str = "offline") -> Writer:
     from app.writers.offline import OfflineWriter
 
-    return OfflineWriter()
+    return OfflineWriter(name=name)

@@ -27,8 +27,12 @@ def test_every_setting_is_documented() -> None:
 
 
 def test_bad_setting_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MEMSTORE_WRITER", "telepathy")
-    with pytest.raises(ValueError, match="writer"):
+    monkeypatch.setenv("MEMSTORE_WRITER_RESPONSE_FORMAT", "telepathy")
+    with pytest.raises(ValueError, match="writer_response_format"):
+        Settings()
+    monkeypatch.delenv("MEMSTORE_WRITER_RESPONSE_FORMAT")
+    monkeypatch.setenv("MEMSTORE_DUPLICATE_THRESHOLD", "1.5")
+    with pytest.raises(ValueError, match="duplicate_threshold"):
         Settings()
 
 
@@ -52,8 +56,10 @@ def test_an_unavailable_default_writer_fails_loudly() -> None:
     from app.writers.registry import WriterRegistry
 
     with pytest.raises(ValueError, match="not available"):
-        WriterRegistry(Settings(writer="openai"))
+        WriterRegistry(Settings(writer="telepathy"))
+    assert WriterRegistry(Settings(writer="openai")).knows("openai")
     registry = WriterRegistry(Settings(writer="offline"))
+    assert not registry.knows("openai")  # no endpoint configured
     assert registry.resolve_name(None) == "offline"
     assert registry.resolve_name("nope") == "offline"
     assert registry.knows("default")

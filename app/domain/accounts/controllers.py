@@ -1,11 +1,11 @@
-"""`/v1/admin/keys`: create (the secret shown once), list, revoke."""
+"""`/v1/admin/keys`: create (the secret shown once), list, revoke; `/v1/admin/settings`: tenant options."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-from litestar import Controller, Request, Response, delete, get, post
+from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.background_tasks import BackgroundTask
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
@@ -14,7 +14,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.accounts import services
 from app.domain.accounts.auth import KeyResolver, requires_role
-from app.domain.accounts.schemas import CreatedKey, CreateKeyRequest, KeyInfo, KeyList
+from app.domain.accounts.schemas import (
+    CreatedKey,
+    CreateKeyRequest,
+    KeyInfo,
+    KeyList,
+    TenantSettings,
+    TenantSettingsUpdate,
+)
 from app.domain.accounts.services import Principal
 
 
@@ -85,3 +92,33 @@ class ApiKeyController(Controller):
         return Response(
             None, status_code=HTTP_204_NO_CONTENT, background=BackgroundTask(resolver.forget, key_id)
         )
+
+
+class TenantSettingsController(Controller):
+    path = "/v1/admin/settings"
+    tags = ["admin"]
+    guards = [requires_role("admin")]
+
+    @get("/", summary="The tenant's options (its default writer)")
+    async def get_settings(
+        self, db_session: NamedDependency[AsyncSession], request: Request[Principal, Any, Any]
+    ) -> TenantSettings:
+        tenant = await services.tenant_settings(db_session, request.user.tenant_id)
+        return TenantSettings(tenant_id=tenant.id, name=tenant.name, writer=tenant.settings.get("writer"))
+
+    @patch("/", summary="Set the tenant's default writer (null: the deployment's)")
+    async def update_settings(
+        self,
+        data: JSONBody[TenantSettingsUpdate],
+        db_session: NamedDependency[AsyncSession],
+        request: Request[Principal, Any, Any],
+    ) -> TenantSettings:
+        tenant = await services.set_tenant_writer(
+            db_session,
+            tenant_id=request.user.tenant_id,
+            writer=data.writer,
+            known=request.app.state.writers.knows,
+            actor=request.user.actor,
+            request_id=request.state.get("request_id"),
+        )
+        return TenantSettings(tenant_id=tenant.id, name=tenant.name, writer=tenant.settings.get("writer"))

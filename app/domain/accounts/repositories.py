@@ -18,6 +18,18 @@ class TenantRepository:
     async def get_by_name(self, name: str) -> Tenant | None:
         return await self.session.scalar(select(Tenant).where(Tenant.name == name))
 
+    async def get(self, tenant_id: uuid.UUID) -> Tenant | None:
+        return await self.session.get(Tenant, tenant_id)
+
+    async def set_option(self, tenant_id: uuid.UUID, key: str, value: object) -> None:
+        """Set (or, with None, remove) one option of `tenants.settings`."""
+        tenant = await self.session.get(Tenant, tenant_id, with_for_update=True)
+        if tenant is None:
+            return
+        options = {k: v for k, v in tenant.settings.items() if k != key}
+        tenant.settings = options if value is None else {**options, key: value}
+        await self.session.flush()
+
     async def count(self) -> int:
         return await self.session.scalar(select(func.count()).select_from(Tenant)) or 0
 

@@ -36,3 +36,16 @@ class KeyInfo(msgspec.Struct):
 
 class KeyList(msgspec.Struct):
     items: list[KeyInfo]
+
+
+class TenantSettings(msgspec.Struct):
+    """A tenant's options; `writer` is the default writer of its chunks that name none."""
+
+    tenant_id: uuid.UUID
+    name: str
+    writer: str | None
+
+
+class TenantSettingsUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    # A configured writer name, or null for the deployment's default.
+    writer: Annotated[str, msgspec.Meta(min_length=1, max_length=100)] | None

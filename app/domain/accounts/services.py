@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -106,6 +106,44 @@ async def revoke_api_key(
         target_id=str(key_id),
         request_id=request_id,
     )
+
+
+async def tenant_settings(session: AsyncSession, tenant_id: uuid.UUID) -> Tenant:
+    tenant = await TenantRepository(session).get(tenant_id)
+    if tenant is None:
+        raise NotFoundError("No such tenant.")
+    return tenant
+
+
+async def set_tenant_writer(
+    session: AsyncSession,
+    *,
+    tenant_id: uuid.UUID,
+    writer: str | None,
+    known: Callable[[str], bool],
+    actor: str,
+    request_id: str | None = None,
+) -> Tenant:
+    """Make `writer` the tenant's default writer (None: the deployment's); unknown names are refused."""
+    if writer is not None and not known(writer):
+        raise ApiError(
+            f"Unknown writer {writer!r}.",
+            code="validation_error",
+            status_code=422,
+            details={"field": "writer"},
+        )
+    await TenantRepository(session).set_option(tenant_id, "writer", writer)
+    await record_event(
+        session,
+        tenant_id=tenant_id,
+        actor=actor,
+        action="tenant.writer_set",
+        target_type="tenant",
+        target_id=str(tenant_id),
+        summary={"writer": writer},
+        request_id=request_id,
+    )
+    return await tenant_settings(session, tenant_id)
 
 
 async def create_tenant(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select, tuple_, update
+from sqlalchemy import Table, bindparam, func, insert, literal, select, tuple_, union_all, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Changeset, Memory, MemoryVersion
@@ -110,6 +110,28 @@ class MemoryRepository:
             MemoryState(r.id, r.version, r.status, r.content, tuple(r.tags), r.owner, r.memory_at)
             for r in rows
         ]
+
+    async def closest_active(
+        self, tenant_id: uuid.UUID, user_id: str, vectors: Sequence[list[float]]
+    ) -> list[tuple[uuid.UUID, float] | None]:
+        """For each vector, the scope's most similar active memory and its cosine similarity (one query)."""
+        if not vectors:
+            return []
+        parts = []
+        for i, vector in enumerate(vectors):
+            distance = _m.embedding.cosine_distance(bindparam(f"p_v{i}", vector, type_=_m.embedding.type))
+            parts.append(
+                select(literal(i).label("ord"), _m.id, distance.label("distance"))
+                .where(_m.tenant_id == tenant_id, _m.user_id == user_id, _m.status == "active")
+                .order_by(distance)
+                .limit(1)
+                .subquery()
+            )
+        rows = await self.session.execute(union_all(*(select(p) for p in parts)))
+        found: list[tuple[uuid.UUID, float] | None] = [None] * len(vectors)
+        for ord_, memory_id, distance in rows:
+            found[ord_] = (memory_id, 1.0 - float(distance))
+        return found
 
     async def lock_states(
         self, tenant_id: uuid.UUID, user_id: str, ids: Sequence[uuid.UUID]

@@ -52,6 +52,17 @@ class Provenance:
     reason: str | None = None
 
 
+@dataclass(frozen=True)
+class ApplyLimits:
+    """Bounds on what one writer result may do (see MEMSTORE_WRITER_MAX_OPS and the settings after it)."""
+
+    max_ops: int = 50
+    max_chars: int = MAX_MEMORY_CHARS
+    # An ADD at least this similar (cosine) to an active memory of the scope, or to another ADD of the
+    # same result, stores nothing: over-storing near-copies is a known failure of memory writers.
+    duplicate_threshold: float = 0.95
+
+
 @dataclass
 class ApplyOutcome:
     changeset_id: uuid.UUID
@@ -66,17 +77,23 @@ def _guard(guards: list[dict[str, Any]], name: str, index: int, op: Op, detail: 
 _WRITES_CONTENT = (OpKind.ADD, OpKind.SUPERSEDE, OpKind.UPDATE)
 
 
-def _check_ops(  # noqa: PLR0912  (each guard is one branch)
+def _check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
     ops: Sequence[Op],
     shown: dict[int, Shown],
     locked: dict[uuid.UUID, MemoryState],
     guards: list[dict[str, Any]],
     memory_at: datetime | None,
+    limits: ApplyLimits,
 ) -> list[tuple[int, Op, list[MemoryState]]]:
     """The ops that may be applied, each with its target memories; the rest become guards."""
     accepted: list[tuple[int, Op, list[MemoryState]]] = []
     touched: set[uuid.UUID] = set()
     for index, op in enumerate(ops):
+        if index >= limits.max_ops:
+            _guard(
+                guards, "too_many_ops", index, op, f"only the first {limits.max_ops} ops of a result apply"
+            )
+            continue
         unknown = [t for t in op.targets if t not in shown]
         if unknown:
             _guard(guards, "unknown_id", index, op, f"ids {unknown} were not shown to the writer")
@@ -95,8 +112,8 @@ def _check_ops(  # noqa: PLR0912  (each guard is one branch)
             continue
         if op.kind in _WRITES_CONTENT:
             text = (op.content or "").strip()
-            if not text or len(text) > MAX_MEMORY_CHARS:
-                _guard(guards, "bad_content", index, op, f"content must be 1..{MAX_MEMORY_CHARS} characters")
+            if not text or len(text) > limits.max_chars:
+                _guard(guards, "bad_content", index, op, f"content must be 1..{limits.max_chars} characters")
                 continue
         if op.kind is OpKind.NOOP:
             accepted.append((index, op, []))
@@ -132,7 +149,7 @@ def _check_ops(  # noqa: PLR0912  (each guard is one branch)
     return accepted
 
 
-async def apply_ops(
+async def apply_ops(  # noqa: PLR0915  (one pass builds every row of the apply)
     session: AsyncSession,
     *,
     tenant_id: uuid.UUID,
@@ -148,6 +165,7 @@ async def apply_ops(
     usage: dict[str, Any] | None = None,
     guards: list[dict[str, Any]] | None = None,
     changeset_id: uuid.UUID | None = None,
+    limits: ApplyLimits | None = None,
 ) -> ApplyOutcome:
     """Validate `ops` against what the writer was shown and write them; return the changeset.
 
@@ -159,11 +177,14 @@ async def apply_ops(
     memories = MemoryRepository(session)
     target_ids = {shown[t].memory_id for op in ops for t in op.targets if t in shown}
     locked = await memories.lock_states(tenant_id, user_id, sorted(target_ids))
-    accepted = _check_ops(ops, shown, locked, guards, memory_at)
+    limits = limits or ApplyLimits()
+    accepted = _check_ops(ops, shown, locked, guards, memory_at, limits)
 
     changeset_id = changeset_id or uuid.uuid4()
     texts = [(op.content or "").strip() for _, op, _ in accepted if op.kind in _WRITES_CONTENT]
-    vectors = iter(await embedder.embed(texts)) if texts else iter(())
+    embedded = await embedder.embed(texts) if texts else []
+    duplicates = await _near_duplicates(memories, tenant_id, user_id, accepted, embedded, limits)
+    vectors = iter(embedded)
     new_rows: list[dict[str, Any]] = []
     changed_rows: list[dict[str, Any]] = []
     version_rows: list[dict[str, Any]] = []
@@ -212,6 +233,11 @@ async def apply_ops(
     for index, op, targets in accepted:
         entry: dict[str, Any] = {"index": index, **op.as_json(), "targets": [str(m.id) for m in targets]}
         recorded.append(entry)
+        if index in duplicates:
+            next(vectors)
+            entry |= {"op": OpKind.NOOP.value, "duplicate_of": duplicates[index][0]}
+            _guard(guards, "near_duplicate", index, op, duplicates[index][1])
+            continue
         if op.kind is OpKind.NOOP:
             continue
         applied += 1
@@ -289,6 +315,48 @@ async def apply_ops(
     await memories.update_many(changed_rows)
     await VersionRepository(session).insert_many(version_rows)
     return ApplyOutcome(changeset_id=changeset_id, applied=applied, guards=guards)
+
+
+async def _near_duplicates(
+    memories: MemoryRepository,
+    tenant_id: uuid.UUID,
+    user_id: str,
+    accepted: list[tuple[int, Op, list[MemoryState]]],
+    vectors: list[list[float]],
+    limits: ApplyLimits,
+) -> dict[int, tuple[str, str]]:
+    """ADDs that repeat an active memory or an earlier ADD of the same result: op index -> (what, why).
+
+    A memory this result replaces or deletes does not count: re-adding it is a correction."""
+    adds: list[tuple[int, list[float]]] = []
+    position = 0
+    for index, op, _ in accepted:
+        if op.kind in _WRITES_CONTENT:
+            if op.kind is OpKind.ADD:
+                adds.append((index, vectors[position]))
+            position += 1
+    if not adds:
+        return {}
+    replaced = {m.id for _, op, targets in accepted if op.kind is not OpKind.UPDATE for m in targets}
+    closest = await memories.closest_active(tenant_id, user_id, [v for _, v in adds])
+    found: dict[int, tuple[str, str]] = {}
+    kept: list[tuple[int, list[float]]] = []
+    for (index, vector), near in zip(adds, closest, strict=True):
+        if near is not None and near[0] not in replaced and near[1] >= limits.duplicate_threshold:
+            found[index] = (str(near[0]), f"repeats active memory {near[0]} (similarity {near[1]:.3f})")
+            continue
+        twin = next((i for i, v in kept if _cosine(v, vector) >= limits.duplicate_threshold), None)
+        if twin is not None:
+            found[index] = (f"op:{twin}", f"repeats op {twin} of the same result")
+            continue
+        kept.append((index, vector))
+    return found
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
+    return dot / norm if norm else 0.0
 
 
 # --- reading -------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Chunk
+from app.db.models import Chunk, Tenant
 
 CHUNKS = cast("Table", Chunk.__table__)
 PENDING = ("queued", "processing")
@@ -71,6 +71,8 @@ _EARLIER = (
     .limit(bindparam("p_limit"))
 )
 
+_TENANT_WRITER = select(Tenant.settings["writer"].astext).where(Tenant.id == bindparam("p_tenant_id"))
+
 
 @dataclass(frozen=True)
 class ChunkRow:
@@ -93,6 +95,11 @@ class ChunkRow:
 class PipelineRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
+
+    async def tenant_writer(self, tenant_id: uuid.UUID) -> str | None:
+        """The tenant's default writer name, if it has one (tenant setting `writer`)."""
+        value = await self.session.scalar(_TENANT_WRITER, {"p_tenant_id": tenant_id})
+        return str(value) if value else None
 
     async def next_pending(self, tenant_id: uuid.UUID, user_id: str) -> ChunkRow | None:
         """The scope's oldest unfinished chunk, row-locked.

@@ -15,7 +15,7 @@ import hashlib
 import random
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from app.config import Settings
 from app.domain.audit.services import record_event
 from app.domain.memories.repositories import MemoryRepository
-from app.domain.memories.services import Provenance, Shown, apply_ops
+from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.embeddings import Embedder
 from app.lib import metrics
@@ -36,6 +36,7 @@ from app.writers.registry import WriterRegistry
 log = structlog.get_logger(__name__)
 
 _MAX_ERROR_CHARS = 2_000
+_TENANT_CACHE_S = 30.0
 
 
 @dataclass
@@ -47,10 +48,29 @@ class PipelineDeps:
     writers: WriterRegistry
     embedder: Embedder
     worker_name: str
+    # tenant -> (its default writer, when read); per-tenant defaults change rarely and may lag a little.
+    _tenant_writers: dict[uuid.UUID, tuple[str | None, float]] = field(default_factory=dict)
 
     @property
     def actor(self) -> str:
         return f"worker:{self.worker_name}"
+
+    @property
+    def limits(self) -> ApplyLimits:
+        return ApplyLimits(
+            max_ops=self.settings.writer_max_ops,
+            max_chars=self.settings.max_memory_chars,
+            duplicate_threshold=self.settings.duplicate_threshold,
+        )
+
+    async def tenant_writer(self, session: AsyncSession, tenant_id: uuid.UUID) -> str | None:
+        """The tenant's default writer name (tenant setting `writer`), cached for a short while."""
+        cached = self._tenant_writers.get(tenant_id)
+        if cached is not None and time.monotonic() - cached[1] < _TENANT_CACHE_S:
+            return cached[0]
+        name = await PipelineRepository(session).tenant_writer(tenant_id)
+        self._tenant_writers[tenant_id] = (name, time.monotonic())
+        return name
 
 
 @dataclass
@@ -157,7 +177,7 @@ async def _process_next(
             await session.commit()
             return False
         attempt = chunk.attempts
-        writer = deps.writers.get(chunk.writer or "default")
+        writer = deps.writers.get(chunk.writer, await deps.tenant_writer(session, tenant_id))
         # Writers plugged in by import path may predate `context_messages`; they get the default.
         request, shown = await _build_request(
             session,
@@ -171,12 +191,12 @@ async def _process_next(
 
         log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
         started = time.perf_counter()
-        result, error, raw = await _call_writer(writer, request, settings.writer_timeout_s)
+        result, error, raw, attempt_limit = await _call_writer(writer, request, settings.writer_timeout_s)
         metrics.WRITER_LATENCY.labels(writer.name, "error" if error else "ok").observe(
             time.perf_counter() - started
         )
         if error is not None:
-            final = attempt >= settings.max_attempts
+            final = attempt >= min(settings.max_attempts, attempt_limit or settings.max_attempts)
             retry_at = None if final else datetime.now(UTC) + backoff(settings, attempt)
             await _fail(session, deps, chunk, error, raw, final=final, attempt=attempt, retry_at=retry_at)
             await session.commit()
@@ -219,7 +239,9 @@ async def _process_next(
             memory_at=_memory_at(chunk),
             raw_output=result.raw_output,
             usage=result.usage,
+            guards=result.guards,
             changeset_id=changeset_id,
+            limits=deps.limits,
         )
         await record_event(
             session,
@@ -261,17 +283,18 @@ def _count_tokens(writer: Writer, result: WriteResult) -> None:
 
 async def _call_writer(
     writer: Writer, request: WriteRequest, timeout_s: float
-) -> tuple[WriteResult, None, None] | tuple[None, str, str | None]:
-    """The writer's result, or why it failed (and what it said, for inspection)."""
+) -> tuple[WriteResult, None, None, None] | tuple[None, str, str | None, int | None]:
+    """The writer's result, or why it failed, what it said (for inspection) and how many attempts
+    such a failure deserves."""
     try:
         async with asyncio.timeout(timeout_s):
-            return await writer.write(request), None, None
+            return await writer.write(request), None, None, None
     except WriterError as exc:
-        return None, f"writer error: {exc}", exc.raw_output
+        return None, f"writer error: {exc}", exc.raw_output, exc.attempt_limit
     except TimeoutError:
-        return None, f"writer timed out after {timeout_s:g} s", None
+        return None, f"writer timed out after {timeout_s:g} s", None, None
     except Exception as exc:  # noqa: BLE001  (any writer bug is a failed attempt, not a dead worker)
-        return None, f"writer raised {type(exc).__name__}: {exc}", None
+        return None, f"writer raised {type(exc).__name__}: {exc}", None, None
 
 
 async def _fail(

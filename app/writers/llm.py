@@ -1,0 +1,88 @@
+"""A writer backed by a memory model behind an OpenAI-compatible endpoint, speaking one profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.writers.base import WriteRequest, WriteResult
+from app.writers.profiles import ModelSession, Profile, get_profile
+from app.writers.transport import ChatTransport, ResponseFormat, TransportConfig
+
+
+@dataclass(frozen=True)
+class LLMWriterSpec:
+    """One configured LLM writer: a profile spoken to a model at an endpoint."""
+
+    profile: str
+    base_url: str
+    model: str
+    api_key: str | None = None
+    timeout_s: float = 30.0
+    max_retries: int = 2
+    max_concurrency: int = 64
+    max_tokens: int = 4096
+    response_format: ResponseFormat = "auto"
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    prompts_dir: Path | None = None
+    context_messages: int | None = None  # None: what the profile's protocol shows
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        merged[key] = (
+            _merge(merged[key], value)
+            if isinstance(value, dict) and isinstance(merged.get(key), dict)
+            else value
+        )
+    return merged
+
+
+class LLMWriter:
+    """Runs its profile against the model for each chunk; usage, prompt hash and raw output go on the
+    changeset. Unparseable output gets one repair request, then fails the attempt (see `ModelSession`)."""
+
+    initial_candidates = False  # every profile extracts first and retrieves for what it extracted
+
+    def __init__(self, name: str, spec: LLMWriterSpec) -> None:
+        self.name = name
+        self.spec = spec
+        self.model: str | None = spec.model
+        self.profile_impl: Profile = get_profile(spec.profile, spec.prompts_dir)
+        self.profile: str | None = self.profile_impl.name
+        self.context_messages: int | None = (
+            spec.context_messages if spec.context_messages is not None else self.profile_impl.context_messages
+        )
+        self.transport = ChatTransport(
+            TransportConfig(
+                base_url=spec.base_url,
+                model=spec.model,
+                api_key=spec.api_key,
+                timeout_s=spec.timeout_s,
+                max_retries=spec.max_retries,
+                max_concurrency=spec.max_concurrency,
+                response_format=spec.response_format,
+                extra_body=_merge(self.profile_impl.extra_body, spec.extra_body),
+            ),
+            writer=name,
+        )
+
+    @property
+    def prompt_hash(self) -> str:
+        return self.profile_impl.prompts.hash
+
+    async def write(self, request: WriteRequest) -> WriteResult:
+        session = ModelSession(self.transport, max_tokens_cap=self.spec.max_tokens)
+        result = await self.profile_impl.write(request, session)
+        return WriteResult(
+            ops=result.ops,
+            raw_output=session.raw_output(),
+            prompt_hash=self.prompt_hash,
+            usage=session.usage(),
+            guards=result.guards,
+        )
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()

@@ -1,0 +1,201 @@
+"""Calling an OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp's server, any provider).
+
+One `ChatTransport` per configured writer and process: a pooled HTTP client, a cap on requests in
+flight (a GPU server batches what it is sent; more only queues there and times out here), retries
+with jittered exponential backoff on timeouts, connection errors, 429 (honouring `Retry-After`) and
+5xx, and structured output where the server supports it: the JSON schema is sent as
+`response_format`, and a server that rejects it is remembered and asked again without.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import structlog
+
+from app.lib import metrics
+from app.writers.base import WriterError
+
+log = structlog.get_logger(__name__)
+
+ResponseFormat = Literal["auto", "json_schema", "json_object", "none"]
+_RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+_MAX_RETRY_AFTER_S = 30.0
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    """How to reach one model endpoint."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    timeout_s: float = 30.0  # one HTTP request; the whole chunk is bounded by MEMSTORE_WRITER_TIMEOUT_S
+    max_retries: int = 2
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+    max_concurrency: int = 64
+    temperature: float = 0.0
+    response_format: ResponseFormat = "auto"
+    extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request body
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One model answer with what it cost."""
+
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    attempts: int
+
+
+class TransportError(WriterError):
+    """The endpoint could not give an answer (after retries)."""
+
+
+class ChatTransport:
+    """Chat completions against one endpoint; safe to share between concurrent jobs of a process."""
+
+    def __init__(self, config: TransportConfig, *, writer: str = "") -> None:
+        self.config = config
+        self.writer = writer or config.model
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._slots: asyncio.Semaphore | None = None
+        # "auto" starts with the schema and drops it for good if the server refuses it.
+        self._format: ResponseFormat = config.response_format
+
+    def _http(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._slots is None or self._client_loop is not loop:
+            headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+            self._client = httpx.AsyncClient(
+                base_url=self.config.base_url.rstrip("/") + "/",
+                headers=headers,
+                timeout=httpx.Timeout(self.config.timeout_s, connect=min(5.0, self.config.timeout_s)),
+                limits=httpx.Limits(
+                    max_connections=self.config.max_concurrency,
+                    max_keepalive_connections=self.config.max_concurrency,
+                ),
+            )
+            self._slots = asyncio.Semaphore(self.config.max_concurrency)
+            self._client_loop = loop
+        return self._client, self._slots
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _body(
+        self, messages: list[dict[str, str]], max_tokens: int, schema: dict[str, Any] | None, name: str
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": messages,
+            "temperature": self.config.temperature,
+            "max_tokens": max_tokens,
+        }
+        if schema is not None and self._format in ("auto", "json_schema"):
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema},
+            }
+        elif self._format == "json_object":
+            body["response_format"] = {"type": "json_object"}
+        return {**body, **self.config.extra_body}
+
+    async def complete(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        max_tokens: int,
+        schema: dict[str, Any] | None = None,
+        schema_name: str = "memory_ops",
+    ) -> Completion:
+        """The model's answer to `messages`; raises `TransportError` once retries are spent."""
+        client, slots = self._http()
+        started = time.perf_counter()
+        attempt = 0
+        async with slots:
+            while True:
+                attempt += 1
+                body = self._body(messages, max_tokens, schema, schema_name)
+                outcome, delay, detail = "ok", 0.0, ""
+                try:
+                    response = await client.post("chat/completions", json=body)
+                except httpx.TimeoutException:
+                    outcome, detail = "timeout", f"no answer within {self.config.timeout_s:g} s"
+                except httpx.TransportError as exc:
+                    outcome, detail = "connect_error", f"{type(exc).__name__}: {exc}"
+                else:
+                    if response.status_code == 200:
+                        metrics.WRITER_REQUESTS.labels(self.writer, "ok").inc()
+                        return _completion(response, time.perf_counter() - started, attempt)
+                    detail = f"HTTP {response.status_code}: {response.text[:300]}"
+                    if (
+                        response.status_code in (400, 422)
+                        and "response_format" in body
+                        and self._format == "auto"
+                    ):
+                        # The server does not do structured output; ask again in plain JSON prompting.
+                        log.warning("writer.response_format_unsupported", writer=self.writer, detail=detail)
+                        self._format = "none"
+                        metrics.WRITER_REQUESTS.labels(self.writer, "format_rejected").inc()
+                        attempt -= 1
+                        continue
+                    outcome = (
+                        "http_429" if response.status_code == 429 else f"http_{response.status_code // 100}xx"
+                    )
+                    if response.status_code not in _RETRY_STATUSES:
+                        metrics.WRITER_REQUESTS.labels(self.writer, outcome).inc()
+                        raise TransportError(f"writer endpoint refused the request ({detail})")
+                    delay = _retry_after(response)
+                metrics.WRITER_REQUESTS.labels(self.writer, outcome).inc()
+                if attempt > self.config.max_retries:
+                    msg = f"writer endpoint failed after {attempt} attempts ({detail})"
+                    raise TransportError(msg)
+                backoff = min(self.config.backoff_max_s, self.config.backoff_s * 2 ** (attempt - 1))
+                wait = max(delay, backoff * random.uniform(0.5, 1.5))  # noqa: S311  (jitter)
+                log.info(
+                    "writer.request_retry", writer=self.writer, attempt=attempt, wait_s=wait, reason=detail
+                )
+                await asyncio.sleep(wait)
+
+
+def _retry_after(response: httpx.Response) -> float:
+    value = response.headers.get("retry-after")
+    if value is None:
+        return 0.0
+    try:
+        return min(_MAX_RETRY_AFTER_S, max(0.0, float(value)))
+    except ValueError:
+        return 0.0
+
+
+def _completion(response: httpx.Response, latency_s: float, attempts: int) -> Completion:
+    try:
+        payload = response.json()
+        choice = payload["choices"][0]
+        text = choice["message"].get("content") or ""
+        usage = payload.get("usage") or {}
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        msg = "writer endpoint answered 200 with a body that is not a chat completion"
+        raise TransportError(msg, raw_output=response.text[:20_000]) from exc
+    return Completion(
+        text=str(text),
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        latency_s=latency_s,
+        attempts=attempts,
+    )

@@ -1,0 +1,191 @@
+"""LLM-writer throughput: applied chunks/s as the writer calls in flight grow, against the ideal.
+
+A GPU writer (vLLM) answers a call in about a second however many it batches, so the service's job
+is to keep enough calls in flight. This runs `memstore up --workers W` with the `openai` writer (the
+`simple` profile: one model call per chunk) pointed at the fake model server in its own process,
+answering every call after `--latency` seconds. For each in-flight level c (1, 2, 4 ... 256) it posts
+`--chunks-per-user` (m) chunks for each of c fresh users (a user's chunks are written one after
+another, users in parallel). A user's span runs from its first chunk received to its last applied
+(database timestamps); ideally it is m x latency, so c users keep c calls in flight and the service
+applies c / latency chunks/s. The figure is m x latency / mean span, the achieved fraction of that
+ideal. (Posting c x m chunks takes the API a moment too; the wall-clock window from the level's first
+chunk received to its last applied is shown beside it.) The fake server reports the peak number of
+calls it saw at once.
+
+Goal: >= 90 % of ideal up to 256 in flight.
+
+Usage: python bench/writer.py [--latency 1.0] [--levels 1,2,4,...,256] [--chunks-per-user 5]
+                              [--workers 2] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+from _stack import running_stack
+
+ROOT = Path(__file__).resolve().parents[1]
+GOAL = 0.90
+DEFAULT_LEVELS = "1,2,4,8,16,32,64,128,256"
+
+
+def start_fake_model(latency: float) -> tuple[subprocess.Popen[bytes], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.fake_llm", "--latency", str(latency)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    if not line.startswith("PORT "):
+        proc.kill()
+        msg = f"the fake model server did not start (said {line!r})"
+        raise RuntimeError(msg)
+    return proc, f"http://127.0.0.1:{int(line.split()[1])}"
+
+
+def chunks_for(level: int, users: int, per_user: int) -> list[dict[str, Any]]:
+    """Round-robin over users, so each user's chunks stay in order within and across batches."""
+    return [
+        {
+            "user_id": f"l{level}-u{u}",
+            "messages": [
+                {"role": "user", "content": f"I keep item {i} of set {u} in drawer {level}-{u}-{i}."},
+                {"role": "assistant", "content": "Noted."},
+            ],
+        }
+        for i in range(per_user)
+        for u in range(users)
+    ]
+
+
+async def run_level(
+    client: httpx.AsyncClient, conn: asyncpg.Connection, fake_url: str, c: int, per_user: int, latency: float
+) -> dict[str, Any]:
+    await client.post(f"{fake_url}/fake/stats")  # reset the peak
+    body = chunks_for(c, c, per_user)
+    for start in range(0, len(body), 100):
+        response = await client.post("/v1/chunks/batch", json={"chunks": body[start : start + 100]})
+        response.raise_for_status()
+    deadline = time.monotonic() + 120 + 4 * per_user * latency
+    prefix = f"l{c}-u%"
+    while True:
+        row = await conn.fetchrow(
+            "SELECT count(*) FILTER (WHERE status IN ('applied','failed')) AS done,"
+            " count(*) FILTER (WHERE status = 'failed') AS failed,"
+            " extract(epoch FROM max(applied_at) - min(received_at)) AS window_s,"
+            " (SELECT avg(span) FROM (SELECT extract(epoch FROM max(applied_at) - min(received_at)) AS span"
+            "   FROM chunks WHERE user_id LIKE $1 GROUP BY user_id) AS spans) AS mean_span_s"
+            " FROM chunks WHERE user_id LIKE $1",
+            prefix,
+        )
+        if row["done"] >= len(body) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    stats = (await client.post(f"{fake_url}/fake/stats")).json()
+    window = float(row["window_s"] or math.nan)
+    mean_span = float(row["mean_span_s"] or math.nan)
+    ideal = c / latency
+    fraction = per_user * latency / mean_span
+    return {
+        "in_flight": c,
+        "chunks": len(body),
+        "finished": row["done"],
+        "failed": row["failed"],
+        "mean_user_span_s": mean_span,
+        "applied_per_s": ideal * fraction,
+        "ideal_per_s": ideal,
+        "fraction_of_ideal": fraction,
+        "window_s": window,
+        "applied_per_s_in_window": row["done"] / window if window else math.nan,
+        "peak_calls_in_flight": stats["max_in_flight"],
+        "model_calls": stats["requests"],
+    }
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    levels = [int(x) for x in args.levels.split(",")]
+    top = max(levels)
+    jobs_per_worker = math.ceil(top / args.workers) + 8
+    fake, fake_url = start_fake_model(args.latency)
+    env = {
+        "MEMSTORE_WRITER": "openai",
+        "MEMSTORE_WRITER_PROFILE": "simple",
+        "MEMSTORE_WRITER_BASE_URL": f"{fake_url}/v1",
+        "MEMSTORE_WRITER_MODEL": "hy-memory",
+        "MEMSTORE_WRITER_MAX_CONCURRENCY": str(jobs_per_worker),
+        "MEMSTORE_WORKER_MAX_JOBS": str(jobs_per_worker),
+        "MEMSTORE_LOG_LEVEL": args.log_level,
+    }
+    rows = []
+    try:
+        with running_stack(workers=args.workers, log_level=args.log_level, env_overrides=env) as stack:
+            key = stack.create_key("bench-writer", ("ingest", "read"))
+            conn = await asyncpg.connect(stack.dsn)
+            headers = {"Authorization": f"Bearer {key}"}
+            async with httpx.AsyncClient(base_url=stack.base_url, headers=headers, timeout=60) as client:
+                for c in levels:
+                    row = await run_level(client, conn, fake_url, c, args.chunks_per_user, args.latency)
+                    rows.append(row)
+                    print_row(row)
+            await conn.close()
+    finally:
+        fake.terminate()
+        fake.wait(10)
+    return {
+        "latency_s": args.latency,
+        "workers": args.workers,
+        "jobs_per_worker": jobs_per_worker,
+        "chunks_per_user": args.chunks_per_user,
+        "levels": rows,
+    }
+
+
+def print_row(row: dict[str, Any]) -> None:
+    print(
+        f"  {row['in_flight']:>4} in flight: {row['applied_per_s']:7.1f} applied/s of"
+        f" {row['ideal_per_s']:6.1f} ideal = {100 * row['fraction_of_ideal']:5.1f} %"
+        f"  (peak {row['peak_calls_in_flight']} calls at once; window incl. posting"
+        f" {row['window_s']:.2f} s = {row['applied_per_s_in_window']:.1f}/s; {row['failed']} failed)",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--latency", type=float, default=1.0, help="seconds the fake model takes per call")
+    parser.add_argument("--levels", default=DEFAULT_LEVELS, help="in-flight levels, comma-separated")
+    parser.add_argument("--chunks-per-user", type=int, default=5, help="chunks each user writes in sequence")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--log-level", default="WARNING", help="MEMSTORE_LOG_LEVEL of the service")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+    print(
+        f"LLM writer: fake model at {args.latency:g} s/call, {args.workers} worker process(es), "
+        f"{args.chunks_per_user} chunks per user",
+        flush=True,
+    )
+    result = asyncio.run(measure(args))
+    worst = min(r["fraction_of_ideal"] for r in result["levels"])
+    verdict = "met" if worst >= GOAL else "NOT met"
+    print(f"\n  lowest fraction of ideal: {100 * worst:.1f} % (goal >= {100 * GOAL:.0f} %: {verdict})")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

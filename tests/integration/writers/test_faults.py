@@ -1,0 +1,184 @@
+"""Every fault of the model server: the chunk ends as it should, the bank is unchanged or correctly
+changed, nothing waits past its timeout, and the scope's later chunks go on."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import deque
+from typing import Any
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.models import Changeset, Chunk, Memory
+from tests.conftest import TenantKeys
+from tests.support.fake_llm import FakeLLM, Reply, protocol_responder
+from tests.support.workers import running_worker, wait_for_chunks
+
+Client = AsyncTestClient[Litestar]
+
+GARBAGE = Reply(content="Sure! The user seems nice; nothing else to add.")
+TRUNCATED_CONTENT = Reply(content='{"memories": ["The user likes', finish_reason="length")
+HUGE = Reply.json(
+    {
+        "memories": ["x" * 5_000]
+        + [f"The user keeps locker code {uuid.UUID(int=i * 7919).hex}." for i in range(80)]
+    }
+)
+
+# marker in the first chunk's message -> the replies its calls get before the model behaves
+FAULTS: dict[str, list[Reply]] = {
+    "slow-timeout": [Reply(delay_s=30)],  # the request times out (1 s); the transport retries at once
+    "http-500": [Reply(status=500)],
+    "http-429": [Reply(status=429, headers={"Retry-After": "1"})],
+    "broken-body": [Reply(body=b'{"choices": [{"message": {"content": "{\\"memo')] * 2,
+    "not-json-body": [Reply(body=b"<html>Bad Gateway</html>")] * 2,
+    "garbage-once": [GARBAGE],  # the repair request fixes it
+    "garbage-always": [GARBAGE] * 10,  # repair fails, the retry fails: failed with the raw output
+    "cut-off": [TRUNCATED_CONTENT] * 10,
+    "huge": [HUGE],
+    "hang-forever": [Reply(delay_s=600)] * 10,  # every request times out, every attempt: failed
+}
+EXPECTED = {  # marker -> final status of its first chunk
+    "garbage-always": "failed",
+    "cut-off": "failed",
+    "hang-forever": "failed",
+}
+
+
+class FaultyModel:
+    """The fake model's responder: scripted faults for chunks carrying a marker, then good answers."""
+
+    def __init__(self) -> None:
+        self.plan = {marker: deque(replies) for marker, replies in FAULTS.items()}
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        text = body["messages"][1]["content"]
+        for marker, replies in self.plan.items():
+            if marker in text and replies:
+                return replies.popleft()
+        return protocol_responder(body)
+
+
+async def test_every_fault_ends_applied_or_failed_and_later_chunks_proceed(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    llm_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    fake_llm: FakeLLM,
+) -> None:
+    fake_llm.responder = FaultyModel()
+    settings = llm_settings.model_copy(update={"writer_max_ops": 50})
+    chunk_ids: dict[str, tuple[str, str]] = {}
+    for marker in FAULTS:
+        ids = []
+        for day, text in ((1, f"Note {marker}: I live in Oslo."), (2, "I also play chess.")):
+            chunk = {
+                "user_id": marker,
+                "writer": "simple",
+                "messages": [{"role": "user", "content": text, "created_at": f"2026-11-0{day}T10:00:00Z"}],
+            }
+            response = await api.post("/v1/chunks", json=chunk, headers=ingest_headers)
+            assert response.status_code == 202
+            ids.append(response.json()["chunk_id"])
+        chunk_ids[marker] = (ids[0], ids[1])
+
+    started = time.monotonic()
+    async with running_worker(settings):
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 2 * len(FAULTS), timeout_s=90)
+    # Three attempts of a hanging model: 3 x (writer timeout 5 s) plus backoff, well under a minute.
+    assert time.monotonic() - started < 60
+
+    async with sessionmaker() as session:
+        for marker, (first_id, second_id) in chunk_ids.items():
+            first = await session.get(Chunk, uuid.UUID(first_id))
+            second = await session.get(Chunk, uuid.UUID(second_id))
+            assert first is not None
+            assert second is not None
+            assert second.status == "applied", f"{marker}: a later chunk of the scope did not proceed"
+            bank = dict(
+                (
+                    await session.execute(
+                        select(Memory.content, Memory.status).where(
+                            Memory.tenant_id == tenant.tenant_id, Memory.user_id == marker
+                        )
+                    )
+                ).all()
+            )
+            assert bank.get("The user said: I also play chess.") == "active", marker
+            expected = EXPECTED.get(marker, "applied")
+            assert first.status == expected, f"{marker}: {first.status} ({first.last_error})"
+            if expected == "failed":
+                assert first.changeset_id is None
+                assert not any("Oslo" in content for content in bank), f"{marker}: a failed chunk wrote"
+                assert first.last_error
+                if marker != "hang-forever":
+                    assert first.attempts == 2, "unparseable output: one repair, one retry, then failed"
+                    assert (first.raw_output and "seems nice" in first.raw_output) or "cut off" in (
+                        first.last_error or ""
+                    )
+            elif marker != "huge":
+                assert bank.get(f"The user said: Note {marker}: I live in Oslo.") == "active", marker
+
+        garbage = await session.get(Chunk, uuid.UUID(chunk_ids["garbage-always"][0]))
+        assert garbage is not None
+        assert garbage.raw_output is not None
+        steps = json.loads(garbage.raw_output)
+        assert [s["step"] for s in steps] == ["extract", "extract.repair"]
+
+        repaired = await session.get(Chunk, uuid.UUID(chunk_ids["garbage-once"][0]))
+        assert repaired is not None
+        assert repaired.attempts == 1
+        changeset = await session.get(Changeset, repaired.changeset_id)
+        assert changeset is not None
+        assert changeset.usage["repairs"] == 1
+
+        huge = await session.get(Chunk, uuid.UUID(chunk_ids["huge"][0]))
+        assert huge is not None
+        assert huge.status == "applied"
+        changeset = await session.get(Changeset, huge.changeset_id)
+        assert changeset is not None
+        guards = [g["guard"] for g in changeset.guards]
+        assert guards.count("bad_content") == 1  # the 5,000-character memory
+        assert guards.count("too_many_ops") == 81 - 50
+        assert sum(1 for op in changeset.ops if op["op"] == "ADD") == 49
+
+        for marker in ("http-500", "http-429", "slow-timeout"):  # retried inside one attempt
+            chunk = await session.get(Chunk, uuid.UUID(chunk_ids[marker][0]))
+            assert chunk is not None
+            assert chunk.attempts == 1, marker
+
+
+@pytest.mark.parametrize("status", [400, 422])
+async def test_a_server_without_structured_output_is_asked_again_without_it(
+    status: int,
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    llm_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    fake_llm: FakeLLM,
+) -> None:
+    def no_schema_support(body: dict[str, Any]) -> Reply:
+        if "response_format" in body:
+            return Reply(status=status, body=b'{"error": {"message": "response_format is not supported"}}')
+        return protocol_responder(body)
+
+    fake_llm.responder = no_schema_support
+    for day in (1, 2):
+        chunk = {
+            "user_id": "eve",
+            "writer": "simple",
+            "messages": [{"role": "user", "content": f"Fact {day}."}],
+        }
+        assert (await api.post("/v1/chunks", json=chunk, headers=ingest_headers)).status_code == 202
+    async with running_worker(llm_settings):
+        assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 2) == {"applied": 2}
+    assert ["response_format" in body for body in fake_llm.requests] == [True, False, False]

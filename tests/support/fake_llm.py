@@ -1,0 +1,233 @@
+"""A fake memory-writer model server that speaks real HTTP in the OpenAI chat-completions shape.
+
+Tests and benchmarks point a writer at it exactly as at vLLM. It answers from a script of `Reply`s
+(consumed in order) and otherwise from a responder that speaks each profile's protocol well enough
+to add what it is told. Replies can be slow, fail (500, 429 with Retry-After), break the body
+(truncated, not JSON), or carry whatever content a test needs (invented ids, huge outputs).
+Every request body is recorded.
+
+In-process: `async with FakeLLM() as fake: fake.base_url ...`. As its own process (benchmarks):
+`python -m tests.support.fake_llm --latency 1.0` prints `PORT <n>` and serves until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from litestar import Litestar, Request, Response, get, post
+
+
+@dataclass
+class Reply:
+    """One answer of the fake model."""
+
+    content: str | None = None  # the assistant message; None: the responder decides
+    status: int = 200
+    delay_s: float | None = None  # None: the server's latency
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes | None = None  # a raw body instead of a chat completion (truncated, not JSON ...)
+    finish_reason: str = "stop"
+
+    @classmethod
+    def json(cls, value: Any, **kwargs: Any) -> Reply:
+        return cls(content=json.dumps(value), **kwargs)
+
+
+Responder = Callable[[dict[str, Any]], Reply]
+
+
+def _user_lines(text: str) -> list[str]:
+    """The user's lines of a rendered conversation ("[date] user (name): text" per line)."""
+    found = []
+    for line in text.splitlines():
+        match = re.match(r"^(?:\[[^\]]*\] )?user(?: \([^)]*\))?: (.*)$", line)
+        if match and match.group(1).strip():
+            found.append(match.group(1).strip())
+    return found
+
+
+def _json_after(text: str, heading: str) -> Any:
+    start = text.find(heading)
+    if start < 0:
+        return []
+    value, _ = json.JSONDecoder().raw_decode(text[start + len(heading) :].lstrip())
+    return value
+
+
+def protocol_responder(body: dict[str, Any]) -> Reply:
+    """Answer as a cooperative memory model of the protocol the prompt asks for: remember what the
+    user said, add what is new, change nothing else."""
+    system = body["messages"][0]["content"]
+    # the prompt's user turn (a repair request repeats it and appends the complaint)
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    if '"event"' in system:  # mem0 update
+        existing = {m["text"] for m in _json_after(user, "Current memories:")}
+        facts = _json_after(user, "Newly retrieved facts:")
+        events = [
+            {"id": str(100 + i), "text": f, "event": "ADD"} for i, f in enumerate(facts) if f not in existing
+        ]
+        return Reply.json({"memory": events})
+    if '"op"' in system:  # hy-memory reconcile
+        existing = {m["content"] for m in _json_after(user, "EXISTING MEMORIES:")}
+        new = _json_after(user, "NEW MEMORIES:")
+        return Reply.json([{"op": "ADD", **m} for m in new if m["content"] not in existing])
+    said = _user_lines(user)
+    if '{"facts"' in system:  # mem0 extract
+        return Reply.json({"facts": said})
+    if '{"memories"' in system:  # simple
+        return Reply.json({"memories": [f"The user said: {s}" for s in said]})
+    # hy-memory extract: the new messages only, not the earlier ones shown for context
+    new = user.split("NEW MESSAGES:", 1)[-1]
+    return Reply.json(
+        {
+            "memory": [
+                {"content": f"The user said: {s}", "tags": ["said"], "owner": "user"}
+                for s in _user_lines(new)
+            ]
+        }
+    )
+
+
+class FakeLLM:
+    """The server; `script` replies go first, then `responder`."""
+
+    def __init__(
+        self, responder: Responder = protocol_responder, latency_s: float = 0.0, model: str = "hy-memory"
+    ) -> None:
+        self.responder = responder
+        self.latency_s = latency_s
+        self.model = model
+        self.script: deque[Reply] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def enqueue(self, *replies: Reply) -> None:
+        self.script.extend(replies)
+
+    def app(self) -> Litestar:
+        @post("/v1/chat/completions", status_code=200)
+        async def chat(request: Request[Any, Any, Any]) -> Response[bytes]:
+            body = await request.json()
+            self.requests.append(body)
+            reply = self.script.popleft() if self.script else self.responder(body)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                await asyncio.sleep(self.latency_s if reply.delay_s is None else reply.delay_s)
+            finally:
+                self.in_flight -= 1
+            if reply.body is not None or reply.status != 200:
+                raw = reply.body if reply.body is not None else b'{"error": {"message": "fake failure"}}'
+                return Response(
+                    raw, status_code=reply.status, headers=reply.headers, media_type="application/json"
+                )
+            content = reply.content if reply.content is not None else self.responder(body).content or ""
+            payload = {
+                "id": f"chatcmpl-{len(self.requests)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", self.model),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": reply.finish_reason,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": sum(len(m["content"]) // 4 for m in body["messages"]),
+                    "completion_tokens": len(content) // 4,
+                    "total_tokens": 0,
+                },
+            }
+            return Response(
+                json.dumps(payload).encode(), headers=reply.headers, media_type="application/json"
+            )
+
+        @get("/v1/models")
+        async def models() -> dict[str, Any]:
+            return {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+
+        @post("/fake/stats", status_code=200)
+        async def stats() -> dict[str, Any]:
+            """Calls and peak concurrency since the last call of this endpoint (benchmarks read it)."""
+            figures = {"requests": len(self.requests), "max_in_flight": self.max_in_flight}
+            self.requests.clear()
+            self.max_in_flight = self.in_flight
+            return figures
+
+        return Litestar([chat, models, stats], debug=False)
+
+    async def __aenter__(self) -> FakeLLM:
+        config = uvicorn.Config(
+            self.app(),
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            lifespan="off",
+            backlog=2048,
+            timeout_graceful_shutdown=1,  # requests told to hang must not hold up the test's end
+        )
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve())
+        while not self._server.started:
+            if self._task.done():
+                await self._task
+            await asyncio.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        assert self._task is not None
+        self._server.should_exit = True
+        self._server.force_exit = True
+        await self._task
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per call")
+    args = parser.parse_args()
+
+    async def serve() -> None:
+        fake = FakeLLM(latency_s=args.latency)
+        if args.port:
+            config = uvicorn.Config(
+                fake.app(),
+                host="127.0.0.1",
+                port=args.port,
+                log_level="warning",
+                lifespan="off",
+                backlog=2048,
+            )
+            print(f"PORT {args.port}", flush=True)
+            await uvicorn.Server(config).serve()
+            return
+        async with fake:
+            print(f"PORT {fake.port}", flush=True)
+            await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
