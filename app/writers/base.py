@@ -60,6 +60,13 @@ class WriteRequest:
     run_id: str | None = None
     search: CandidateSearch | None = field(default=None, compare=False, repr=False)
 
+    async def related(self, queries: list[str]) -> tuple[Candidate, ...]:
+        """The candidates shown up front plus those `search` finds for `queries`, by local id."""
+        if self.search is None:
+            return self.candidates
+        found = await self.search(queries)
+        return tuple(sorted(set(self.candidates) | set(found), key=lambda c: c.local_id))
+
 
 @dataclass(frozen=True)
 class Op:

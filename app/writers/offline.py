@@ -685,9 +685,10 @@ class OfflineWriter:
     async def write(self, request: WriteRequest) -> WriteResult:
         # request.context is deliberately unused: only the chunk's own user statements are evidence.
         statements = list(_statements(request))
-        candidates = request.candidates
-        if statements and request.search is not None:
-            found = await request.search([f.content or f"{f.label} {f.value}" for f in statements])
-            candidates = tuple(sorted(set(candidates) | set(found), key=lambda c: c.local_id))
+        candidates = (
+            await request.related([f.content or f"{f.label} {f.value}" for f in statements])
+            if statements
+            else request.candidates
+        )
         ops = _reconcile(statements, candidates) if statements else []
         return WriteResult(ops=ops, raw_output=None, prompt_hash=RULES_HASH, usage={})

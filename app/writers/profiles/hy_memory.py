@@ -126,10 +126,7 @@ class HyMemoryProfile:
         )
         if not extracted:
             return ProfileResult([Op(OpKind.NOOP, reason="nothing worth remembering")])
-        candidates = request.candidates
-        if request.search is not None:
-            found = await request.search([m.content for m in extracted])
-            candidates = tuple(sorted(set(candidates) | set(found), key=lambda c: c.local_id))
+        candidates = await request.related([m.content for m in extracted])
         if not candidates:
             return ProfileResult([Op(OpKind.ADD, m.content, tags=m.tags, owner=m.owner) for m in extracted])
         items = await model.ask(

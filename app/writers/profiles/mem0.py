@@ -82,10 +82,7 @@ class Mem0Profile:
         )
         if not facts:
             return ProfileResult([Op(OpKind.NOOP, reason="no facts")])
-        candidates = request.candidates
-        if request.search is not None:
-            found = await request.search(facts)
-            candidates = tuple(sorted(set(candidates) | set(found), key=lambda c: c.local_id))
+        candidates = await request.related(facts)
         if not candidates:
             return ProfileResult([Op(OpKind.ADD, fact) for fact in facts])
         existing = [{"id": str(c.local_id), "text": c.content} for c in candidates]
