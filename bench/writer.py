@@ -9,8 +9,11 @@ another, users in parallel). A user's span runs from its first chunk received to
 (database timestamps); ideally it is m x latency, so c users keep c calls in flight and the service
 applies c / latency chunks/s. The figure is m x latency / mean span, the achieved fraction of that
 ideal. (Posting c x m chunks takes the API a moment too; the wall-clock window from the level's first
-chunk received to its last applied is shown beside it.) The fake server reports the peak number of
-calls it saw at once.
+chunk received to its last applied is shown beside it.) Beside it: the calls the fake server held at
+once (mean over the level, sampled every 0.1 s, and peak), and how busy the whole machine's CPU was
+during the level — the model costs no CPU on a real deployment, but here the service, Postgres, the
+fake server and anything else running share the same cores, and a level that saturates them
+measures the machine, not the concurrency.
 
 Goal: >= 90 % of ideal up to 256 in flight.
 
@@ -71,17 +74,38 @@ def chunks_for(level: int, users: int, per_user: int) -> list[dict[str, Any]]:
     ]
 
 
+def machine_cpu() -> tuple[int, int] | None:
+    """(idle, total) jiffies of the whole machine, from /proc/stat; None where there is none."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return fields[3] + fields[4], sum(fields)
+
+
+def machine_busy(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float:
+    """Share of all cores busy between two readings (anything running here counts, not only us)."""
+    if before is None or after is None or after[1] == before[1]:
+        return math.nan
+    return 1 - (after[0] - before[0]) / (after[1] - before[1])
+
+
 async def run_level(
     client: httpx.AsyncClient, conn: asyncpg.Connection, fake_url: str, c: int, per_user: int, latency: float
 ) -> dict[str, Any]:
     await client.post(f"{fake_url}/fake/stats")  # reset the peak
+    cpu_before = machine_cpu()
     body = chunks_for(c, c, per_user)
     for start in range(0, len(body), 100):
         response = await client.post("/v1/chunks/batch", json={"chunks": body[start : start + 100]})
         response.raise_for_status()
     deadline = time.monotonic() + 120 + 4 * per_user * latency
     prefix = f"l{c}-u%"
+    in_flight: list[int] = []  # calls the model server holds, sampled every 0.1 s once the first arrived
     while True:
+        now = (await client.get(f"{fake_url}/fake/stats")).json()["in_flight"]
+        if in_flight or now:
+            in_flight.append(now)
         row = await conn.fetchrow(
             "SELECT count(*) FILTER (WHERE status IN ('applied','failed')) AS done,"
             " count(*) FILTER (WHERE status = 'failed') AS failed,"
@@ -95,6 +119,7 @@ async def run_level(
             break
         await asyncio.sleep(0.1)
     stats = (await client.post(f"{fake_url}/fake/stats")).json()
+    cpu_busy = machine_busy(cpu_before, machine_cpu())
     window = float(row["window_s"] or math.nan)
     mean_span = float(row["mean_span_s"] or math.nan)
     ideal = c / latency
@@ -111,6 +136,8 @@ async def run_level(
         "window_s": window,
         "applied_per_s_in_window": row["done"] / window if window else math.nan,
         "peak_calls_in_flight": stats["max_in_flight"],
+        "machine_cpu_busy": cpu_busy,
+        "mean_calls_in_flight": sum(in_flight) / len(in_flight) if in_flight else 0.0,
         "model_calls": stats["requests"],
     }
 
@@ -157,8 +184,10 @@ def print_row(row: dict[str, Any]) -> None:
     print(
         f"  {row['in_flight']:>4} in flight: {row['applied_per_s']:7.1f} applied/s of"
         f" {row['ideal_per_s']:6.1f} ideal = {100 * row['fraction_of_ideal']:5.1f} %"
-        f"  (peak {row['peak_calls_in_flight']} calls at once; window incl. posting"
-        f" {row['window_s']:.2f} s = {row['applied_per_s_in_window']:.1f}/s; {row['failed']} failed)",
+        f"  (calls at once: mean {row['mean_calls_in_flight']:.0f}, peak {row['peak_calls_in_flight']};"
+        " window incl. posting"
+        f" {row['window_s']:.2f} s = {row['applied_per_s_in_window']:.1f}/s; {row['failed']} failed;"
+        f" machine CPU {100 * row['machine_cpu_busy']:.0f} % busy)",
         flush=True,
     )
 

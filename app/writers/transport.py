@@ -1,6 +1,8 @@
 """Calling an OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp's server, any provider).
 
-One `ChatTransport` per configured writer and process: a pooled HTTP client, a cap on requests in
+One `ChatTransport` per configured writer and process: a pooled HTTP client (aiohttp: its connection
+pool costs the same per request at 256 connections as at 4, where httpcore's scans every pooled
+connection on each request), a cap on requests in
 flight (a GPU server batches what it is sent; more only queues there and times out here), retries
 with jittered exponential backoff on timeouts, connection errors, 429 (honouring `Retry-After`) and
 5xx, and structured output where the server supports it: the JSON schema is sent as
@@ -16,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import httpx
+import aiohttp
 import structlog
 
 from app.lib import metrics
@@ -68,24 +70,24 @@ class ChatTransport:
     def __init__(self, config: TransportConfig, *, writer: str = "") -> None:
         self.config = config
         self.writer = writer or config.model
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
         # "auto" starts with the schema and drops it for good if the server refuses it.
         self._format: ResponseFormat = config.response_format
 
-    def _http(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+    def _http(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
         loop = asyncio.get_running_loop()
         if self._client is None or self._slots is None or self._client_loop is not loop:
             headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
-            self._client = httpx.AsyncClient(
+            self._client = aiohttp.ClientSession(
                 base_url=self.config.base_url.rstrip("/") + "/",
                 headers=headers,
-                timeout=httpx.Timeout(self.config.timeout_s, connect=min(5.0, self.config.timeout_s)),
-                limits=httpx.Limits(
-                    max_connections=self.config.max_concurrency,
-                    max_keepalive_connections=self.config.max_concurrency,
+                timeout=aiohttp.ClientTimeout(
+                    total=self.config.timeout_s, connect=min(5.0, self.config.timeout_s)
                 ),
+                connector=aiohttp.TCPConnector(limit=self.config.max_concurrency, limit_per_host=0),
+                raise_for_status=False,
             )
             self._slots = asyncio.Semaphore(self.config.max_concurrency)
             self._client_loop = loop
@@ -93,7 +95,7 @@ class ChatTransport:
 
     async def aclose(self) -> None:
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
             self._client = None
 
     def _body(
@@ -132,34 +134,28 @@ class ChatTransport:
                 body = self._body(messages, max_tokens, schema, schema_name)
                 outcome, delay, detail = "ok", 0.0, ""
                 try:
-                    response = await client.post("chat/completions", json=body)
-                except httpx.TimeoutException:
+                    status, text, retry_after = await _post(client, body)
+                except TimeoutError:
                     outcome, detail = "timeout", f"no answer within {self.config.timeout_s:g} s"
-                except httpx.TransportError as exc:
+                except aiohttp.ClientError as exc:
                     outcome, detail = "connect_error", f"{type(exc).__name__}: {exc}"
                 else:
-                    if response.status_code == 200:
+                    if status == 200:
                         metrics.WRITER_REQUESTS.labels(self.writer, "ok").inc()
-                        return _completion(response, time.perf_counter() - started, attempt)
-                    detail = f"HTTP {response.status_code}: {response.text[:300]}"
-                    if (
-                        response.status_code in (400, 422)
-                        and "response_format" in body
-                        and self._format == "auto"
-                    ):
+                        return _completion(text, time.perf_counter() - started, attempt)
+                    detail = f"HTTP {status}: {text[:300]}"
+                    if status in (400, 422) and "response_format" in body and self._format == "auto":
                         # The server does not do structured output; ask again in plain JSON prompting.
                         log.warning("writer.response_format_unsupported", writer=self.writer, detail=detail)
                         self._format = "none"
                         metrics.WRITER_REQUESTS.labels(self.writer, "format_rejected").inc()
                         attempt -= 1
                         continue
-                    outcome = (
-                        "http_429" if response.status_code == 429 else f"http_{response.status_code // 100}xx"
-                    )
-                    if response.status_code not in _RETRY_STATUSES:
+                    outcome = "http_429" if status == 429 else f"http_{status // 100}xx"
+                    if status not in _RETRY_STATUSES:
                         metrics.WRITER_REQUESTS.labels(self.writer, outcome).inc()
                         raise TransportError(f"writer endpoint refused the request ({detail})")
-                    delay = _retry_after(response)
+                    delay = _retry_after(retry_after)
                 metrics.WRITER_REQUESTS.labels(self.writer, outcome).inc()
                 if attempt > self.config.max_retries:
                     msg = f"writer endpoint failed after {attempt} attempts ({detail})"
@@ -172,8 +168,14 @@ class ChatTransport:
                 await asyncio.sleep(wait)
 
 
-def _retry_after(response: httpx.Response) -> float:
-    value = response.headers.get("retry-after")
+async def _post(client: aiohttp.ClientSession, body: dict[str, Any]) -> tuple[int, str, str | None]:
+    """Status, body text and `Retry-After` of one POST; the body is read whole within the timeout."""
+    async with client.post("chat/completions", json=body) as response:
+        text = await response.text(errors="replace")
+        return response.status, text, response.headers.get("retry-after")
+
+
+def _retry_after(value: str | None) -> float:
     if value is None:
         return 0.0
     try:
@@ -182,15 +184,15 @@ def _retry_after(response: httpx.Response) -> float:
         return 0.0
 
 
-def _completion(response: httpx.Response, latency_s: float, attempts: int) -> Completion:
+def _completion(body: str, latency_s: float, attempts: int) -> Completion:
     try:
-        payload = response.json()
+        payload = json.loads(body)
         choice = payload["choices"][0]
         text = choice["message"].get("content") or ""
         usage = payload.get("usage") or {}
     except (json.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
         msg = "writer endpoint answered 200 with a body that is not a chat completion"
-        raise TransportError(msg, raw_output=response.text[:20_000]) from exc
+        raise TransportError(msg, raw_output=body[:20_000]) from exc
     return Completion(
         text=str(text),
         finish_reason=choice.get("finish_reason"),

@@ -165,6 +165,15 @@ class FakeLLM:
         async def models() -> dict[str, Any]:
             return {"object": "list", "data": [{"id": self.model, "object": "model"}]}
 
+        @get("/fake/stats")
+        async def peek() -> dict[str, Any]:
+            """Calls in flight now, peak and count since the last reset (benchmarks sample it)."""
+            return {
+                "in_flight": self.in_flight,
+                "max_in_flight": self.max_in_flight,
+                "requests": len(self.requests),
+            }
+
         @post("/fake/stats", status_code=200)
         async def stats() -> dict[str, Any]:
             """Calls and peak concurrency since the last call of this endpoint (benchmarks read it)."""
@@ -173,7 +182,7 @@ class FakeLLM:
             self.max_in_flight = self.in_flight
             return figures
 
-        return Litestar([chat, models, stats], debug=False)
+        return Litestar([chat, models, peek, stats], debug=False)
 
     async def __aenter__(self) -> FakeLLM:
         config = uvicorn.Config(
