@@ -35,8 +35,6 @@ async def startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx.get("settings") or get_settings()
     configure_logging(settings.log_level, settings.log_format, process="worker")
     ctx["settings"] = settings
-    # A worker holds one connection per scope it drains (the advisory lock lives on it) plus a few.
-    settings = settings.model_copy(update={"db_pool_size": settings.worker_max_jobs + 4})
     ctx["engine"] = create_engine(settings, application_name="memstore-worker")
     ctx["worker_name"] = worker_name()
     ctx["pipeline"] = PipelineDeps(
@@ -53,8 +51,12 @@ async def startup(ctx: dict[str, Any]) -> None:
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
+    """Close what `startup` opened; a second call does nothing."""
+    pipeline: PipelineDeps | None = ctx.pop("pipeline", None)
+    if pipeline is None:
+        return
     await ctx["redis"].delete(HEARTBEAT_KEY.format(name=ctx["worker_name"]))
-    await ctx["pipeline"].writers.aclose()
+    await pipeline.aclose()
     await ctx["engine"].dispose()
     log.info("worker.stopped", worker=ctx["worker_name"])
 

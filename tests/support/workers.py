@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.models import Chunk
-from workers.settings import worker_options
+from workers.settings import shutdown, worker_options
 
 
 @contextlib.asynccontextmanager
@@ -40,6 +40,8 @@ async def running_worker(settings: Settings, **overrides: Any) -> AsyncIterator[
         # cancelled; their CancelledError is the expected end of this worker, not of the test.
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await worker.close()
+        # close() skips the shutdown hook when a cancelled job raised first; release what it holds.
+        await shutdown(worker.ctx)
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

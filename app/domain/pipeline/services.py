@@ -1,7 +1,7 @@
 """Processing a scope: its chunks, one at a time in `seq` order, each applied exactly once.
 
 Ordering and exclusivity come from a Postgres session-level advisory lock per scope (tenant +
-user_id), held on one connection for as long as a worker drains the scope; it holds across worker
+user_id), held for as long as a worker drains the scope (see `locks`); it holds across worker
 processes and machines and is released by Postgres itself if the worker dies. Exactly-once effect
 comes from applying a chunk in one transaction that also marks it `applied` (a redelivered chunk
 finds it applied and does nothing), backed by a unique index on the writer changeset per chunk.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import random
 import time
 import uuid
@@ -20,13 +19,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.config import Settings
 from app.domain.audit.services import record_event
 from app.domain.memories.repositories import MemoryRepository
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
+from app.domain.pipeline.locks import ScopeLocks, scope_lock_key
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.embeddings import Embedder
 from app.lib import metrics
@@ -48,8 +47,17 @@ class PipelineDeps:
     writers: WriterRegistry
     embedder: Embedder
     worker_name: str
+    locks: ScopeLocks = field(init=False)
     # tenant -> (its default writer, when read); per-tenant defaults change rarely and may lag a little.
     _tenant_writers: dict[uuid.UUID, tuple[str | None, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.locks = ScopeLocks(self.engine)
+
+    async def aclose(self) -> None:
+        """Release the scope locks and close the writers' clients."""
+        await self.locks.aclose()
+        await self.writers.aclose()
 
     @property
     def actor(self) -> str:
@@ -95,12 +103,6 @@ class ScopeRun:
         }
 
 
-def scope_lock_key(tenant_id: uuid.UUID, user_id: str) -> int:
-    """A signed 64-bit advisory-lock key for a scope (a collision only serialises two scopes)."""
-    digest = hashlib.blake2b(f"{tenant_id}:{user_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
 def backoff(settings: Settings, attempt: int) -> timedelta:
     """Exponential backoff with +-20 % jitter, so retries of many scopes do not align."""
     delay = min(settings.retry_backoff_max_s, settings.retry_backoff_s * 2 ** max(0, attempt - 1))
@@ -112,19 +114,15 @@ async def process_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) 
     run = ScopeRun()
     key = scope_lock_key(tenant_id, user_id)
     while True:
-        async with deps.engine.connect() as conn:
-            locked = False
-            try:
-                locked = bool(await conn.scalar(select(func.pg_try_advisory_lock(key))))
-                await conn.commit()
-                if not locked:
-                    run.locked_elsewhere = True
-                    return run
-                while await _process_next(conn, deps, tenant_id, user_id, run):
-                    pass
-            finally:
-                if locked:
-                    await _unlock(conn, key)
+        epoch = await deps.locks.try_acquire(key)
+        if epoch is None:
+            run.locked_elsewhere = True
+            return run
+        try:
+            while deps.locks.holds(epoch) and await _process_next(deps, tenant_id, user_id, run):
+                pass
+        finally:
+            await deps.locks.release(key, epoch)
         if run.retry_at is not None:
             return run
         # A wake-up that arrived while we held the lock gave up on it; make sure its chunk is not left
@@ -134,21 +132,7 @@ async def process_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) 
                 return run
 
 
-async def _unlock(conn: AsyncConnection, key: int) -> None:
-    try:
-        await conn.rollback()
-        await conn.scalar(select(func.pg_advisory_unlock(key)))
-        await conn.commit()
-    except BaseException:
-        # Failed or cancelled: a connection must never return to the pool still holding the lock.
-        with contextlib.suppress(BaseException):
-            await conn.invalidate()
-        raise
-
-
-async def _process_next(
-    conn: AsyncConnection, deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: ScopeRun
-) -> bool:
+async def _process_next(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: ScopeRun) -> bool:
     """Handle the scope's next chunk; False when there is nothing (ready) left.
 
     Two transactions per chunk: one takes the chunk (attempts + 1, so a chunk that kills its worker
@@ -156,7 +140,7 @@ async def _process_next(
     chunk applied. Nothing is held open while the writer thinks.
     """
     settings = deps.settings
-    async with AsyncSession(bind=conn, expire_on_commit=False) as session:
+    async with AsyncSession(deps.engine, expire_on_commit=False) as session:
         repo = PipelineRepository(session)
         chunk = await repo.claim_next(tenant_id, user_id, settings.max_attempts)
         if chunk is None:  # the common case is an empty scope; otherwise find out why
@@ -181,7 +165,6 @@ async def _process_next(
         # Writers plugged in by import path may predate `context_messages`; they get the default.
         request, shown = await _build_request(
             session,
-            conn,
             deps,
             chunk,
             getattr(writer, "context_messages", None),
@@ -361,7 +344,6 @@ def _message(raw: dict[str, Any]) -> Message:
 
 async def _build_request(
     session: AsyncSession,
-    conn: AsyncConnection,
     deps: PipelineDeps,
     chunk: ChunkRow,
     context_messages: int | None,
@@ -400,7 +382,7 @@ async def _build_request(
 
     async def find(queries: list[str]) -> tuple[Candidate, ...]:
         """More candidates, for writers that search after extracting; local ids stay stable."""
-        async with AsyncSession(bind=conn, expire_on_commit=False) as search_session:
+        async with AsyncSession(deps.engine, expire_on_commit=False) as search_session:
             found = await search(MemoryRepository(search_session), queries)
             await search_session.commit()
         return found

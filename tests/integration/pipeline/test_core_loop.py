@@ -4,14 +4,18 @@ with provenance on every version."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 
+import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.config import Settings
+from app.db.engine import create_engine
 from app.db.models import Changeset, Chunk, Memory, MemoryVersion
 from app.domain.pipeline.services import PipelineDeps, process_scope
 from app.embeddings import get_embedder
@@ -31,17 +35,21 @@ EXPECTED_ACTIVE = {
 }
 
 
-def deps(settings: Settings, engine: object) -> PipelineDeps:
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
+@contextlib.asynccontextmanager
+async def pipeline_deps(settings: Settings, engine: object) -> AsyncIterator[PipelineDeps]:
+    """What a worker process shares between its jobs, for calling `process_scope` directly."""
     assert isinstance(engine, AsyncEngine)
-    return PipelineDeps(
+    deps = PipelineDeps(
         engine=engine,
         settings=settings,
         writers=WriterRegistry(settings),
         embedder=get_embedder(settings.embedder, settings.embedding_dim),
         worker_name="test",
     )
+    try:
+        yield deps
+    finally:
+        await deps.aclose()
 
 
 async def test_twenty_users_in_parallel_each_in_order_with_provenance(
@@ -150,9 +158,10 @@ async def test_redelivered_work_is_a_no_op(
     async with running_worker(pipeline_settings):
         await wait_for_chunks(sessionmaker, tenant.tenant_id, 8)
     before = await bank(sessionmaker, tenant.tenant_id)
-    for _ in range(3):
-        run = await process_scope(deps(pipeline_settings, engine), tenant.tenant_id, "again")
-        assert run.applied == 0
+    async with pipeline_deps(pipeline_settings, engine) as deps:
+        for _ in range(3):
+            run = await process_scope(deps, tenant.tenant_id, "again")
+            assert run.applied == 0
     assert await bank(sessionmaker, tenant.tenant_id) == before
     assert set((await changesets_per_chunk(sessionmaker, tenant.tenant_id)).values()) == {8}
 
@@ -171,7 +180,8 @@ async def test_chunk_left_processing_by_a_dead_worker_is_applied_once(
         await session.execute(
             update(Chunk).where(Chunk.id == chunk_id).values(status="processing", attempts=1)
         )
-    run = await process_scope(deps(pipeline_settings, engine), tenant.tenant_id, "orphan")
+    async with pipeline_deps(pipeline_settings, engine) as deps:
+        run = await process_scope(deps, tenant.tenant_id, "orphan")
     assert run.applied == 1
     async with sessionmaker() as session:
         chunk = await session.get(Chunk, chunk_id)
@@ -194,7 +204,8 @@ async def test_a_chunk_that_keeps_killing_its_worker_is_failed(
     first = uuid.UUID(accepted[0]["chunk_id"])
     async with sessionmaker() as session, session.begin():
         await session.execute(update(Chunk).where(Chunk.id == first).values(status="processing", attempts=3))
-    run = await process_scope(deps(pipeline_settings, engine), tenant.tenant_id, "poison")
+    async with pipeline_deps(pipeline_settings, engine) as deps:
+        run = await process_scope(deps, tenant.tenant_id, "poison")
     assert (run.failed, run.applied) == (1, 1)
     status = (await api.get(f"/v1/chunks/{first}", headers=ingest_headers)).json()
     assert status["status"] == "failed"
@@ -270,3 +281,31 @@ async def test_offline_writer_finds_the_fact_it_replaces_in_a_large_bank(
     assert memories["The user lives in Lyon."] == "superseded"
     assert memories["The user lives in Berlin."] == "active"
     assert sum(1 for s in memories.values() if s == "active") == 6
+
+
+async def test_writer_calls_in_flight_are_not_bounded_by_database_connections(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker holds no connection while the writer thinks: twelve scopes keep twelve slow writer
+    calls in flight through a pool of two connections (one of which holds the scope locks)."""
+    users = [f"wide-{i}" for i in range(12)]
+    facts = ["I live in Oslo.", "I like tea."]
+    await post_users(api, ingest_headers, users, writer="slow", facts=facts)
+    monkeypatch.setenv("MEMSTORE_TEST_WRITER_DELAY_S", "0.4")
+    SlowWriter.max_in_flight = 0
+    small = pipeline_settings.model_copy(update={"db_pool_size": 2, "db_max_overflow": 0})
+    engine = create_engine(small, application_name="memstore-tests-small-pool")
+    try:
+        async with pipeline_deps(small, engine) as deps:
+            runs = await asyncio.gather(*(process_scope(deps, tenant.tenant_id, u) for u in users))
+    finally:
+        await engine.dispose()
+    assert [r.applied for r in runs] == [len(facts)] * len(users)
+    assert SlowWriter.max_in_flight >= 10
+    assert await order_violations(sessionmaker, tenant.tenant_id) == []
+    assert await changesets_per_chunk(sessionmaker, tenant.tenant_id) == {1: len(users) * len(facts)}

@@ -1,0 +1,92 @@
+"""Scope locks: Postgres session-level advisory locks, all of one worker process on one connection.
+
+A worker holds a scope's lock while it drains the scope, writer calls included (a second or more
+each). Keeping a pooled connection per scope for that long would need one Postgres connection per
+call in flight — 256 calls, 256 connections per worker. Instead every lock of the process lives on
+one dedicated connection, and the work borrows pooled connections only for its short transactions.
+
+If the worker dies, Postgres drops that connection and every lock on it, so another worker takes
+the scopes over at once. If the connection is lost while the worker lives, its locks are gone with
+it: the epoch moves on, a scope run that took its lock in an earlier epoch stops after its current
+chunk, and the chunk claim (`attempts`, checked when applying) fences any overlap meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import uuid
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+
+def scope_lock_key(tenant_id: uuid.UUID, user_id: str) -> int:
+    """A signed 64-bit advisory-lock key for a scope (a collision only serialises two scopes)."""
+    digest = hashlib.blake2b(f"{tenant_id}:{user_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+class ScopeLocks:
+    """The advisory locks one worker process holds, on a connection of their own."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._conn: AsyncConnection | None = None
+        self._mutex = asyncio.Lock()  # one statement at a time on the shared connection
+        # Advisory locks are re-entrant within a session, so the jobs of this process are told apart here.
+        self._held: set[int] = set()
+        self.epoch = 0
+
+    async def try_acquire(self, key: int) -> int | None:
+        """The epoch the lock was taken in, or None if another session holds it."""
+        async with self._mutex:
+            if key in self._held:
+                return None
+            try:
+                conn = await self._connection()
+                locked = bool(await conn.scalar(select(func.pg_try_advisory_lock(key))))
+            except BaseException:
+                await self._drop()
+                raise
+            if not locked:
+                return None
+            self._held.add(key)
+            return self.epoch
+
+    def holds(self, epoch: int) -> bool:
+        """Whether locks taken in `epoch` are still held (their connection has not been lost)."""
+        return epoch == self.epoch and self._conn is not None
+
+    async def release(self, key: int, epoch: int) -> None:
+        async with self._mutex:
+            if not self.holds(epoch) or key not in self._held:
+                return  # the lock went with the connection it lived on
+            self._held.discard(key)
+            try:
+                await (await self._connection()).scalar(select(func.pg_advisory_unlock(key)))
+            except BaseException:
+                await self._drop()
+                raise
+
+    async def aclose(self) -> None:
+        """Release every lock and the connection."""
+        async with self._mutex:
+            await self._drop()
+
+    async def _connection(self) -> AsyncConnection:
+        if self._conn is None:
+            conn = await self._engine.connect()
+            self._conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        return self._conn
+
+    async def _drop(self) -> None:
+        """Close the connection for good (never back to the pool holding locks); its locks go with it."""
+        conn, self._conn = self._conn, None
+        self._held.clear()
+        self.epoch += 1
+        if conn is not None:
+            with contextlib.suppress(BaseException):
+                await conn.invalidate()
+                await conn.close()
