@@ -3,25 +3,44 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from litestar import Controller, Request, get
+from litestar import Controller, Request, delete, get, patch
+from litestar.datastructures import State
 from litestar.di import NamedDependency
-from litestar.params import FromPath, QueryParameter
+from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar.status_codes import HTTP_200_OK
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.accounts.auth import requires_role
 from app.domain.accounts.services import Principal
 from app.domain.memories import services
-from app.domain.memories.schemas import HistoryOut, MemoryList, MemoryOut, VersionOut
+from app.domain.memories.schemas import (
+    HistoryOut,
+    MemoryList,
+    MemoryOut,
+    MemoryPatch,
+    VersionOut,
+)
+from app.embeddings import Embedder, get_embedder
+
+
+def embedder_of(state: State) -> Embedder:
+    """The process's embedder, built on first use and kept on the app state."""
+    embedder: Embedder | None = state.get("embedder")
+    if embedder is None:
+        settings = state.settings
+        embedder = get_embedder(settings.embedder, settings.embedding_dim)
+        state.embedder = embedder
+    return embedder
 
 
 class MemoryController(Controller):
     path = "/v1/memories"
     tags = ["memories"]
-    guards = [requires_role("read")]
 
-    @get("/", summary="A user's memories (active by default), oldest first")
+    @get("/", guards=[requires_role("read")], summary="A user's memories (active by default), oldest first")
     async def list_memories(
         self,
         request: Request[Principal, Any, Any],
@@ -31,6 +50,9 @@ class MemoryController(Controller):
         status: Annotated[Literal["active", "superseded", "deleted", "all"], QueryParameter()] = "active",
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
         cursor: Annotated[str | None, QueryParameter(max_length=500)] = None,
+        as_of: Annotated[
+            datetime | None, QueryParameter(description="The bank as it stood at this time.")
+        ] = None,
     ) -> MemoryList:
         page, next_cursor = await services.list_memories(
             db_session,
@@ -40,10 +62,11 @@ class MemoryController(Controller):
             status=status,
             cursor=cursor,
             limit=limit,
+            as_of=services.aware(as_of),
         )
         return MemoryList(items=[MemoryOut.of(m) for m in page], next_cursor=next_cursor)
 
-    @get("/{memory_id:uuid}", summary="One memory as it stands now")
+    @get("/{memory_id:uuid}", guards=[requires_role("read")], summary="One memory as it stands now")
     async def get_memory(
         self,
         memory_id: FromPath[uuid.UUID],
@@ -52,7 +75,11 @@ class MemoryController(Controller):
     ) -> MemoryOut:
         return MemoryOut.of(await services.get_memory(db_session, request.user.tenant_id, memory_id))
 
-    @get("/{memory_id:uuid}/history", summary="Every version of a memory with its provenance, oldest first")
+    @get(
+        "/{memory_id:uuid}/history",
+        guards=[requires_role("read")],
+        summary="Every version of a memory with its provenance, oldest first",
+    )
     async def history(
         self,
         memory_id: FromPath[uuid.UUID],
@@ -61,3 +88,51 @@ class MemoryController(Controller):
     ) -> HistoryOut:
         versions = await services.memory_history(db_session, request.user.tenant_id, memory_id)
         return HistoryOut(memory_id=memory_id, versions=[VersionOut.of(v) for v in versions])
+
+    @patch(
+        "/{memory_id:uuid}", guards=[requires_role("write")], summary="Edit a memory by hand (a new version)"
+    )
+    async def edit_memory(
+        self,
+        memory_id: FromPath[uuid.UUID],
+        data: JSONBody[MemoryPatch],
+        request: Request[Principal, Any, Any],
+        db_session: NamedDependency[AsyncSession],
+    ) -> MemoryOut:
+        memory = await services.edit_memory(
+            db_session,
+            request.user.tenant_id,
+            memory_id,
+            content=data.content,
+            tags=data.tags,
+            reason=data.reason,
+            actor=request.user.actor,
+            request_id=request.state.get("request_id"),
+            embedder=embedder_of(request.app.state),
+            limits=services.ApplyLimits(max_chars=request.app.state.settings.max_memory_chars),
+        )
+        return MemoryOut.of(memory)
+
+    @delete(
+        "/{memory_id:uuid}",
+        guards=[requires_role("write")],
+        status_code=HTTP_200_OK,
+        summary="Delete a memory by hand (soft: a new version with status deleted)",
+    )
+    async def delete_memory(
+        self,
+        memory_id: FromPath[uuid.UUID],
+        request: Request[Principal, Any, Any],
+        db_session: NamedDependency[AsyncSession],
+        reason: Annotated[str | None, QueryParameter(max_length=2_000)] = None,
+    ) -> MemoryOut:
+        memory = await services.delete_memory(
+            db_session,
+            request.user.tenant_id,
+            memory_id,
+            reason=reason,
+            actor=request.user.actor,
+            request_id=request.state.get("request_id"),
+            embedder=embedder_of(request.app.state),
+        )
+        return MemoryOut.of(memory)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, literal, select, tuple_, union_all, update
+from sqlalchemy import Select, Table, bindparam, func, insert, literal, select, tuple_, union_all, update
+from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Changeset, Memory, MemoryVersion
@@ -70,6 +71,81 @@ class MemoryState:
         }
 
 
+@dataclass(frozen=True)
+class VersionState:
+    """One stored version of a memory, without its vector: what undo compares and copies."""
+
+    memory_id: uuid.UUID
+    version: int
+    status: str
+    content: str
+    tags: tuple[str, ...]
+    owner: str
+    memory_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Any) -> VersionState:
+        return cls(
+            row.memory_id,
+            row.version,
+            row.status,
+            row.content,
+            tuple(row.tags),
+            row.owner,
+            row.memory_at,
+        )
+
+    def same_state(self, other: VersionState) -> bool:
+        return (self.status, self.content, self.tags, self.owner, self.memory_at) == (
+            other.status,
+            other.content,
+            other.tags,
+            other.owner,
+            other.memory_at,
+        )
+
+
+_v = VERSIONS.c
+VERSION_STATE = (
+    _v.memory_id,
+    _v.version,
+    _v.status,
+    _v.content,
+    _v.tags,
+    _v.owner,
+    _v.memory_at,
+    _v.changeset_id,
+    _v.created_at,
+)
+
+
+def versions_as_of_query(tenant_id: uuid.UUID, user_id: str, as_of: datetime) -> Select[Any]:
+    """Per memory of the scope, its latest version written at or before `as_of`.
+
+    A version's time is its transaction's start; one transaction writes at most one version of a
+    memory, so (memory, time) never ties and the highest version number is the one in force.
+    """
+    return (
+        select(*VERSION_STATE)
+        .where(_v.tenant_id == tenant_id, _v.user_id == user_id, _v.created_at <= as_of)
+        .ext(distinct_on(_v.memory_id))
+        .order_by(_v.memory_id, _v.version.desc())
+    )
+
+
+def effective_embedding(memory_id: Any, version: Any) -> Any:
+    """The vector in force at a version: its own, or the latest earlier one (DELETE and SUPERSEDE
+    versions do not repeat the vector)."""
+    e = VERSIONS.alias("e")
+    return (
+        select(e.c.embedding)
+        .where(e.c.memory_id == memory_id, e.c.version <= version, e.c.embedding.is_not(None))
+        .order_by(e.c.version.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
 class MemoryRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
@@ -99,6 +175,62 @@ class MemoryRepository:
             stmt = stmt.where(tuple_(Memory.created_at, Memory.id) > tuple_(*after))
         stmt = stmt.order_by(Memory.created_at, Memory.id).limit(limit)
         return (await self.session.scalars(stmt)).all()
+
+    async def bank_as_of(
+        self,
+        tenant_id: uuid.UUID,
+        user_id: str,
+        as_of: datetime,
+        *,
+        agent_id: str | None = None,
+        statuses: Sequence[str] | None = ("active",),
+        after: tuple[datetime, uuid.UUID] | None = None,
+        limit: int | None = None,
+        with_embedding: bool = False,
+    ) -> list[Memory]:
+        """The scope's memories as they stood at `as_of` (from their versions), oldest first.
+
+        Rows are detached `Memory` objects: `version`, `content`, `status` ... are those of the version
+        in force then, `updated_at` is when that version was written, and `embedding` (if asked for) is
+        the vector that version was searched by. Keyset-paginated on (created_at, id) like `page`.
+        """
+        heads = versions_as_of_query(tenant_id, user_id, as_of).subquery("h")
+        columns = [
+            _m.id,
+            _m.user_id,
+            _m.agent_id,
+            _m.run_id,
+            _m.created_at,
+            heads.c.content,
+            heads.c.tags,
+            heads.c.owner,
+            heads.c.status,
+            heads.c.version,
+            heads.c.memory_at,
+            heads.c.changeset_id,
+            heads.c.created_at.label("updated_at"),
+        ]
+        if with_embedding:
+            columns.append(effective_embedding(heads.c.memory_id, heads.c.version).label("embedding"))
+        stmt = select(*columns).join(heads, heads.c.memory_id == _m.id).where(_m.tenant_id == tenant_id)
+        if agent_id is not None:
+            stmt = stmt.where(_m.agent_id == agent_id)
+        if statuses is not None:
+            stmt = stmt.where(heads.c.status.in_(list(statuses)))
+        if after is not None:
+            stmt = stmt.where(tuple_(_m.created_at, _m.id) > tuple_(*after))
+        stmt = stmt.order_by(_m.created_at, _m.id)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        rows = await self.session.execute(stmt)
+        return [Memory(tenant_id=tenant_id, **row._asdict()) for row in rows]
+
+    async def versions_as_of(
+        self, tenant_id: uuid.UUID, user_id: str, as_of: datetime
+    ) -> dict[uuid.UUID, VersionState]:
+        """Each memory of the scope that existed at `as_of`, with the version then in force."""
+        rows = await self.session.execute(versions_as_of_query(tenant_id, user_id, as_of))
+        return {r.memory_id: VersionState.of(r) for r in rows}
 
     async def nearest_active(
         self, tenant_id: uuid.UUID, user_id: str, embedding: list[float], limit: int

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Annotated
 
 import msgspec
 
@@ -90,3 +91,14 @@ class VersionOut(msgspec.Struct):
 class HistoryOut(msgspec.Struct):
     memory_id: uuid.UUID
     versions: list[VersionOut]
+
+
+Tag = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+
+
+class MemoryPatch(msgspec.Struct, forbid_unknown_fields=True):
+    """A hand edit: new content and/or tags (tags replace the old ones when given and non-empty)."""
+
+    content: Annotated[str, msgspec.Meta(min_length=1, max_length=20_000)] | None = None
+    tags: Annotated[list[Tag], msgspec.Meta(max_length=50)] | None = None
+    reason: Annotated[str, msgspec.Meta(max_length=2_000)] | None = None

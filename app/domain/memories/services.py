@@ -11,12 +11,13 @@ import base64
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Memory, MemoryVersion
+from app.domain.audit.services import record_event
 from app.domain.memories.repositories import (
     ChangesetRepository,
     MemoryRepository,
@@ -24,7 +25,7 @@ from app.domain.memories.repositories import (
     VersionRepository,
 )
 from app.embeddings import Embedder
-from app.lib.errors import ApiError, NotFoundError
+from app.lib.errors import ApiError, ConflictError, NotFoundError
 from app.writers.base import Op, OpKind
 
 MAX_MEMORY_CHARS = 2_000
@@ -141,7 +142,11 @@ def _check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
         if problem:
             _guard(guards, problem[0], index, op, problem[1])
             continue
-        if op.kind is OpKind.UPDATE and targets[0].content == (op.content or "").strip():
+        if (
+            op.kind is OpKind.UPDATE
+            and targets[0].content == (op.content or "").strip()
+            and (not op.tags or tuple(op.tags) == targets[0].tags)
+        ):
             _guard(guards, "unchanged", index, op, "UPDATE repeats the current content")
             continue
         touched.update(m.id for m in targets)
@@ -362,6 +367,13 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
 # --- reading -------------------------------------------------------------------------------------
 
 
+def aware(moment: datetime | None) -> datetime | None:
+    """A time without a zone is taken as UTC (api.md asks for a zone; be lenient with `Z`-less input)."""
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment
+
+
 def encode_cursor(memory: Memory) -> str:
     raw = f"{memory.created_at.isoformat()}|{memory.id}"
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
@@ -387,12 +399,20 @@ async def list_memories(
     status: str,
     cursor: str | None,
     limit: int,
+    as_of: datetime | None = None,
 ) -> tuple[Sequence[Memory], str | None]:
+    """A page of the scope's memories as they stand now, or as they stood at `as_of`."""
     statuses = None if status == "all" else [status]
     after = decode_cursor(cursor) if cursor else None
-    page = await MemoryRepository(session).page(
-        tenant_id, user_id, agent_id=agent_id, statuses=statuses, after=after, limit=limit + 1
-    )
+    repo = MemoryRepository(session)
+    if as_of is not None:
+        page: Sequence[Memory] = await repo.bank_as_of(
+            tenant_id, user_id, as_of, agent_id=agent_id, statuses=statuses, after=after, limit=limit + 1
+        )
+    else:
+        page = await repo.page(
+            tenant_id, user_id, agent_id=agent_id, statuses=statuses, after=after, limit=limit + 1
+        )
     if len(page) > limit:
         return page[:limit], encode_cursor(page[limit - 1])
     return page, None
@@ -412,3 +432,102 @@ async def memory_history(
     if not versions:
         raise NotFoundError("No such memory.")
     return versions
+
+
+# --- manual edits --------------------------------------------------------------------------------
+
+
+async def edit_memory(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    memory_id: uuid.UUID,
+    *,
+    content: str | None,
+    tags: list[str] | None,
+    reason: str | None,
+    actor: str,
+    request_id: str | None,
+    embedder: Embedder,
+    limits: ApplyLimits | None = None,
+) -> Memory:
+    """A hand edit: a new version (op UPDATE) under a `manual` changeset, attributed to `actor`."""
+    memory = await get_memory(session, tenant_id, memory_id)
+    text = memory.content if content is None else content.strip()
+    if tags is None and text == memory.content:
+        return memory  # nothing to change; no version for it
+    op = Op(OpKind.UPDATE, text, targets=(0,), tags=tuple(tags or ()), reason=reason)
+    return await _manual_write(
+        session, memory, op, "memory.updated", actor, request_id, embedder, limits or ApplyLimits()
+    )
+
+
+async def delete_memory(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    memory_id: uuid.UUID,
+    *,
+    reason: str | None,
+    actor: str,
+    request_id: str | None,
+    embedder: Embedder,
+) -> Memory:
+    """A soft delete by hand: a new version (op DELETE, status `deleted`); history keeps the content."""
+    memory = await get_memory(session, tenant_id, memory_id)
+    if memory.status == "deleted":
+        return memory
+    op = Op(OpKind.DELETE, targets=(0,), reason=reason)
+    return await _manual_write(
+        session, memory, op, "memory.deleted", actor, request_id, embedder, ApplyLimits()
+    )
+
+
+async def _manual_write(
+    session: AsyncSession,
+    memory: Memory,
+    op: Op,
+    action: str,
+    actor: str,
+    request_id: str | None,
+    embedder: Embedder,
+    limits: ApplyLimits,
+) -> Memory:
+    if memory.status != "active":
+        raise ConflictError(
+            f"The memory is {memory.status}; only an active memory can be edited "
+            "(an admin can roll it back).",
+            code="memory_not_active",
+            details={"status": memory.status},
+        )
+    outcome = await apply_ops(
+        session,
+        tenant_id=memory.tenant_id,
+        user_id=memory.user_id,
+        ops=[op],
+        shown={0: Shown(memory.id, memory.version)},
+        provenance=Provenance(actor=actor, kind="manual", reason=op.reason),
+        embedder=embedder,
+        agent_id=memory.agent_id,
+        run_id=memory.run_id,
+        limits=limits,
+    )
+    if outcome.applied == 0:
+        guard = outcome.guards[-1] if outcome.guards else {"guard": "unknown", "detail": "not applied"}
+        if guard["guard"] == "bad_content":
+            raise ApiError(guard["detail"], code="validation_error", status_code=422)
+        raise ConflictError(
+            "The memory changed meanwhile; read it again and retry.",
+            code="memory_changed",
+            details={"guard": guard["guard"]},
+        )
+    await record_event(
+        session,
+        tenant_id=memory.tenant_id,
+        actor=actor,
+        action=action,
+        target_type="memory",
+        target_id=str(memory.id),
+        request_id=request_id,
+        summary={"changeset_id": str(outcome.changeset_id), "version": memory.version + 1},
+    )
+    await session.refresh(memory)
+    return memory
