@@ -16,6 +16,7 @@ from app.config import Settings, get_settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.domain.accounts.auth import PUBLIC_PATHS, ApiKeyAuthenticationMiddleware, KeyResolver
 from app.domain.accounts.controllers import ApiKeyController, TenantSettingsController
+from app.domain.history.controllers import AdminHistoryController, AuditController
 from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.controllers import ChunkController
 from app.domain.memories.controllers import MemoryController
@@ -33,6 +34,8 @@ ROUTE_HANDLERS = [
     TenantSettingsController,
     ChunkController,
     MemoryController,
+    AdminHistoryController,
+    AuditController,
 ]
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.domain.audit.chain import GENESIS_HASH, event_hash
 from app.domain.audit.repositories import AuditRepository
@@ -151,3 +151,16 @@ async def verify_chain(session: AsyncSession, tenant_id: uuid.UUID) -> ChainVerd
         # The newest sealed events were deleted: the chain is intact but shorter than its head says.
         return ChainVerdict(False, checked, checked + 1, "events missing at the end of the chain", unsealed)
     return ChainVerdict(True, checked, unsealed=unsealed)
+
+
+async def seal_and_verify(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID
+) -> ChainVerdict:
+    """Seal what is committed but not yet chained, then verify the whole chain (separate transactions:
+    the walk reads one snapshot)."""
+    while True:
+        async with sessionmaker() as session, session.begin():
+            if not await seal_chain(session, tenant_id):
+                break
+    async with sessionmaker() as session:
+        return await verify_chain(session, tenant_id)

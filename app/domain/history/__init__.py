@@ -1,0 +1,1 @@
+"""History: reading the past of a bank, and undoing writes as new, attributed versions."""

@@ -1,0 +1,344 @@
+"""SQL of history: heads and past versions, changesets, restorations written set-wise, and purge."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, delete, func, select, text, tuple_, update
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.types import Integer, String
+
+from app.db.models import AuditEvent, Changeset, Chunk, Memory, MemoryVersion, Scope
+from app.domain.memories.repositories import VERSIONS, VersionState
+
+MEMORIES = cast("Table", Memory.__table__)
+_m = MEMORIES.c
+_v = VERSIONS.c
+
+# One INSERT ... SELECT writes every new version of a restoration: the state is copied from the
+# source version inside Postgres (vectors never travel to the application), with the vector in force
+# at that version, and `p.status` overriding the status (an undone ADD becomes `deleted`).
+_INSERT_RESTORED = text(
+    """
+    INSERT INTO memory_versions (
+        tenant_id, user_id, memory_id, version, op, content, tags, owner, status, memory_at,
+        embedding, changeset_id, actor, reason)
+    SELECT tv.tenant_id, tv.user_id, tv.memory_id, p.new_version, :op, tv.content, tv.tags, tv.owner,
+           p.status, tv.memory_at,
+           COALESCE(tv.embedding, (
+               SELECT e.embedding FROM memory_versions e
+               WHERE e.memory_id = tv.memory_id AND e.version < tv.version AND e.embedding IS NOT NULL
+               ORDER BY e.version DESC LIMIT 1)),
+           :changeset_id, :actor, :reason
+    FROM unnest(:memory_ids, :source_versions, :new_versions, :statuses)
+         AS p(memory_id, source_version, new_version, status)
+    JOIN memory_versions tv ON tv.memory_id = p.memory_id AND tv.version = p.source_version
+    WHERE tv.tenant_id = :tenant_id AND tv.user_id = :user_id
+    """
+).bindparams(
+    bindparam("memory_ids", type_=ARRAY(UUID(as_uuid=True))),
+    bindparam("source_versions", type_=ARRAY(Integer)),
+    bindparam("new_versions", type_=ARRAY(Integer)),
+    bindparam("statuses", type_=ARRAY(String)),
+)
+
+# ... and one UPDATE moves the heads to the versions just written under the changeset.
+_UPDATE_HEADS = text(
+    """
+    UPDATE memories m
+    SET version = nv.version, status = nv.status, content = nv.content, tags = nv.tags,
+        owner = nv.owner, memory_at = nv.memory_at, embedding = nv.embedding,
+        changeset_id = nv.changeset_id, updated_at = now()
+    FROM memory_versions nv
+    WHERE nv.changeset_id = :changeset_id AND m.id = nv.memory_id
+    """
+)
+
+_STATES_AT = text(
+    """
+    SELECT v.memory_id, v.version, v.status, v.content, v.tags, v.owner, v.memory_at
+    FROM unnest(:memory_ids, :versions) AS p(memory_id, version)
+    JOIN memory_versions v ON v.memory_id = p.memory_id AND v.version = p.version
+    WHERE v.tenant_id = :tenant_id
+    """
+).bindparams(
+    bindparam("memory_ids", type_=ARRAY(UUID(as_uuid=True))),
+    bindparam("versions", type_=ARRAY(Integer)),
+)
+
+# Versions written after a given version of each memory, by changesets outside a given set.
+_LATER_TOUCHES = text(
+    """
+    SELECT v.memory_id, v.version, v.changeset_id, v.op, v.actor, v.created_at
+    FROM unnest(:memory_ids, :versions) AS p(memory_id, version)
+    JOIN memory_versions v ON v.memory_id = p.memory_id AND v.version > p.version
+    WHERE v.tenant_id = :tenant_id AND NOT (v.changeset_id = ANY(:excluded))
+    ORDER BY v.memory_id, v.version
+    """
+).bindparams(
+    bindparam("memory_ids", type_=ARRAY(UUID(as_uuid=True))),
+    bindparam("versions", type_=ARRAY(Integer)),
+    bindparam("excluded", type_=ARRAY(UUID(as_uuid=True))),
+)
+
+
+@dataclass(frozen=True)
+class Touch:
+    """A version some changeset wrote."""
+
+    memory_id: uuid.UUID
+    version: int
+    changeset_id: uuid.UUID
+    user_id: str
+
+
+@dataclass(frozen=True)
+class Restoration:
+    """One memory's next version: the state of `source_version` with `status`."""
+
+    memory_id: uuid.UUID
+    source_version: int
+    new_version: int
+    status: str
+
+
+class HistoryRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def lock_heads(
+        self, tenant_id: uuid.UUID, user_id: str, ids: Sequence[uuid.UUID] | None = None
+    ) -> dict[uuid.UUID, VersionState]:
+        """Row-lock the scope's memories (all, or `ids`) in id order, as the apply step does."""
+        stmt = (
+            select(
+                _m.id.label("memory_id"), _m.version, _m.status, _m.content, _m.tags, _m.owner, _m.memory_at
+            )
+            .where(_m.tenant_id == tenant_id, _m.user_id == user_id)
+            .order_by(_m.id)
+            .with_for_update()
+        )
+        if ids is not None:
+            stmt = stmt.where(_m.id.in_(list(ids)))
+        rows = await self.session.execute(stmt)
+        return {r.memory_id: VersionState.of(r) for r in rows}
+
+    async def states_at(
+        self, tenant_id: uuid.UUID, wanted: Sequence[tuple[uuid.UUID, int]]
+    ) -> dict[tuple[uuid.UUID, int], VersionState]:
+        """The stored state of each (memory, version)."""
+        if not wanted:
+            return {}
+        rows = await self.session.execute(
+            _STATES_AT,
+            {
+                "tenant_id": tenant_id,
+                "memory_ids": [m for m, _ in wanted],
+                "versions": [v for _, v in wanted],
+            },
+        )
+        return {(r.memory_id, r.version): VersionState.of(r) for r in rows}
+
+    async def touches(self, changeset_ids: Sequence[uuid.UUID]) -> list[Touch]:
+        """Every version the given changesets wrote."""
+        rows = await self.session.execute(
+            select(_v.memory_id, _v.version, _v.changeset_id, _v.user_id).where(
+                _v.changeset_id.in_(list(changeset_ids))
+            )
+        )
+        return [Touch(r.memory_id, r.version, r.changeset_id, r.user_id) for r in rows]
+
+    async def later_touches(
+        self,
+        tenant_id: uuid.UUID,
+        after: dict[uuid.UUID, int],
+        excluded: Sequence[uuid.UUID],
+    ) -> list[dict[str, Any]]:
+        """Versions written after `after[memory]` by changesets other than `excluded`."""
+        if not after:
+            return []
+        rows = await self.session.execute(
+            _LATER_TOUCHES,
+            {
+                "tenant_id": tenant_id,
+                "memory_ids": list(after),
+                "versions": list(after.values()),
+                "excluded": list(excluded),
+            },
+        )
+        return [
+            {
+                "memory_id": str(r.memory_id),
+                "version": r.version,
+                "changeset_id": str(r.changeset_id),
+                "op": r.op,
+                "actor": r.actor,
+                "created_at": r.created_at.isoformat(),
+            }
+            for r in rows
+        ]
+
+    async def write_restorations(
+        self,
+        *,
+        tenant_id: uuid.UUID,
+        user_id: str,
+        changeset_id: uuid.UUID,
+        op: str,
+        actor: str,
+        reason: str | None,
+        restorations: Sequence[Restoration],
+    ) -> None:
+        """New versions for every restoration and the heads moved to them: two statements in all."""
+        if not restorations:
+            return
+        await self.session.execute(
+            _INSERT_RESTORED,
+            {
+                "tenant_id": tenant_id,
+                "user_id": user_id,
+                "changeset_id": changeset_id,
+                "op": op,
+                "actor": actor,
+                "reason": reason,
+                "memory_ids": [r.memory_id for r in restorations],
+                "source_versions": [r.source_version for r in restorations],
+                "new_versions": [r.new_version for r in restorations],
+                "statuses": [r.status for r in restorations],
+            },
+        )
+        await self.session.execute(_UPDATE_HEADS, {"changeset_id": changeset_id})
+
+    # --- changesets ------------------------------------------------------------------------------
+
+    async def changeset(
+        self, tenant_id: uuid.UUID, changeset_id: uuid.UUID, *, lock: bool = False
+    ) -> Changeset | None:
+        stmt = select(Changeset).where(Changeset.tenant_id == tenant_id, Changeset.id == changeset_id)
+        if lock:
+            stmt = stmt.with_for_update()
+        return await self.session.scalar(stmt)
+
+    async def changesets(
+        self,
+        tenant_id: uuid.UUID,
+        *,
+        user_id: str | None = None,
+        writer: str | None = None,
+        model: str | None = None,
+        kind: str | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        before: tuple[datetime, uuid.UUID] | None = None,
+        limit: int | None = None,
+        lock: bool = False,
+    ) -> Sequence[Changeset]:
+        """Matching changesets, newest first (keyset on (created_at, id) descending)."""
+        stmt = select(Changeset).where(Changeset.tenant_id == tenant_id)
+        for column, value in (
+            (Changeset.user_id, user_id),
+            (Changeset.writer, writer),
+            (Changeset.model, model),
+            (Changeset.kind, kind),
+            (Changeset.status, status),
+        ):
+            if value is not None:
+                stmt = stmt.where(column == value)
+        if since is not None:
+            stmt = stmt.where(Changeset.created_at >= since)
+        if until is not None:
+            stmt = stmt.where(Changeset.created_at < until)
+        if before is not None:
+            stmt = stmt.where(tuple_(Changeset.created_at, Changeset.id) < tuple_(*before))
+        stmt = stmt.order_by(Changeset.created_at.desc(), Changeset.id.desc())
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        if lock:
+            stmt = stmt.with_for_update()
+        return (await self.session.scalars(stmt)).all()
+
+    async def mark_reverted(self, changeset_ids: Sequence[uuid.UUID]) -> None:
+        if changeset_ids:
+            await self.session.execute(
+                update(Changeset)
+                .where(Changeset.id.in_(list(changeset_ids)), Changeset.status == "applied")
+                .values(status="reverted")
+            )
+
+    # --- chunks ----------------------------------------------------------------------------------
+
+    async def requeue_failed_chunk(self, tenant_id: uuid.UUID, chunk_id: uuid.UUID) -> Chunk | None:
+        """A failed chunk back to `queued` with fresh attempts; None if it is not failed."""
+        return await self.session.scalar(
+            update(Chunk)
+            .where(Chunk.tenant_id == tenant_id, Chunk.id == chunk_id, Chunk.status == "failed")
+            .values(
+                status="queued",
+                attempts=0,
+                last_error=None,
+                available_at=func.now(),
+                updated_at=func.now(),
+            )
+            .returning(Chunk)
+        )
+
+    async def chunk(self, tenant_id: uuid.UUID, chunk_id: uuid.UUID) -> Chunk | None:
+        return await self.session.scalar(
+            select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.id == chunk_id)
+        )
+
+    # --- purge -----------------------------------------------------------------------------------
+
+    async def purge_user(self, tenant_id: uuid.UUID, user_id: str) -> dict[str, int]:
+        """Delete every row holding the user's content. History tables refuse DELETE unless the
+        transaction-local `memstore.purge` flag is on; it is set here and nowhere else, and ends
+        with this transaction."""
+        await self.session.execute(text("SET LOCAL memstore.purge = 'on'"))
+        counts: dict[str, int] = {}
+        for name, model in (
+            ("versions", MemoryVersion),
+            ("memories", Memory),
+            ("changesets", Changeset),
+            ("chunks", Chunk),
+            ("scopes", Scope),
+        ):
+            table = cast("Table", model.__table__)
+            result = await self.session.execute(
+                delete(table).where(table.c.tenant_id == tenant_id, table.c.user_id == user_id)
+            )
+            counts[name] = int(getattr(result, "rowcount", 0) or 0)
+        await self.session.execute(text("SET LOCAL memstore.purge = 'off'"))
+        return counts
+
+    # --- audit -----------------------------------------------------------------------------------
+
+    async def audit_events(
+        self,
+        tenant_id: uuid.UUID,
+        *,
+        since: datetime | None,
+        until: datetime | None,
+        actor: str | None,
+        action: str | None,
+        after_id: int | None,
+        limit: int,
+    ) -> Sequence[AuditEvent]:
+        """A tenant's events, oldest first, keyset-paginated on id."""
+        stmt = select(AuditEvent).where(AuditEvent.tenant_id == tenant_id)
+        if since is not None:
+            stmt = stmt.where(AuditEvent.created_at >= since)
+        if until is not None:
+            stmt = stmt.where(AuditEvent.created_at < until)
+        if actor is not None:
+            stmt = stmt.where(AuditEvent.actor == actor)
+        if action is not None:
+            stmt = stmt.where(AuditEvent.action == action)
+        if after_id is not None:
+            stmt = stmt.where(AuditEvent.id > after_id)
+        return (await self.session.scalars(stmt.order_by(AuditEvent.id).limit(limit))).all()
