@@ -17,6 +17,7 @@ import httpx
 import structlog
 import typer
 
+from app import cli_history
 from app.config import Settings, get_settings
 from app.lib.logging import configure_logging
 
@@ -280,6 +281,9 @@ def tenants_create(name: Annotated[str, typer.Argument(help="Unique tenant name.
         typer.echo(exc.detail, err=True)
         raise typer.Exit(1) from exc
     typer.echo(secret)
+
+
+cli_history.register(cli)
 
 
 def main() -> None:
