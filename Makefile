@@ -58,6 +58,7 @@ bench: $(STAMP) ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/pipeline.py
+	$(BIN)/python bench/history.py
 
 .PHONY: clean
 clean: ## Remove the virtualenv, caches and the local data directory

@@ -340,7 +340,7 @@ async def _near_duplicates(
             if op.kind is OpKind.ADD:
                 adds.append((index, vectors[position]))
             position += 1
-    if not adds:
+    if not adds or limits.duplicate_threshold > 1.0:  # a threshold above 1 turns the check off
         return {}
     replaced = {m.id for _, op, targets in accepted if op.kind is not OpKind.UPDATE for m in targets}
     closest = await memories.closest_active(tenant_id, user_id, [v for _, v in adds])
