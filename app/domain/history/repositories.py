@@ -37,7 +37,10 @@ _INSERT_RESTORED = text(
            :changeset_id, :actor, :reason
     FROM unnest(:memory_ids, :source_versions, :new_versions, :statuses)
          AS p(memory_id, source_version, new_version, status)
-    JOIN memory_versions tv ON tv.memory_id = p.memory_id AND tv.version = p.source_version
+    -- LATERAL: one probe of the (memory_id, version) index per row, however long the history.
+    CROSS JOIN LATERAL (
+        SELECT * FROM memory_versions v WHERE v.memory_id = p.memory_id AND v.version = p.source_version
+    ) tv
     WHERE tv.tenant_id = :tenant_id AND tv.user_id = :user_id
     """
 ).bindparams(

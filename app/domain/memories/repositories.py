@@ -8,8 +8,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Select, Table, bindparam, func, insert, literal, select, tuple_, union_all, update
-from sqlalchemy.dialects.postgresql import distinct_on
+from sqlalchemy import (
+    Select,
+    Table,
+    bindparam,
+    func,
+    insert,
+    literal,
+    select,
+    true,
+    tuple_,
+    union_all,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Changeset, Memory, MemoryVersion
@@ -105,31 +116,42 @@ class VersionState:
         )
 
 
-_v = VERSIONS.c
-VERSION_STATE = (
-    _v.memory_id,
-    _v.version,
-    _v.status,
-    _v.content,
-    _v.tags,
-    _v.owner,
-    _v.memory_at,
-    _v.changeset_id,
-    _v.created_at,
-)
+def in_force_at(as_of: datetime) -> Any:
+    """A LATERAL subquery: for the memory of the enclosing row, its latest version written at or
+    before `as_of` (none if the memory was created later).
+
+    A version's time is its transaction's start; one transaction writes at most one version of a
+    memory, so (memory, time) never ties and the highest version number is the one in force. One
+    backward walk of the (memory_id, version) index per memory: the cost follows the bank's size,
+    not the length of its history.
+    """
+    v = VERSIONS.alias("v")
+    return (
+        select(
+            v.c.memory_id,
+            v.c.version,
+            v.c.status,
+            v.c.content,
+            v.c.tags,
+            v.c.owner,
+            v.c.memory_at,
+            v.c.changeset_id,
+            v.c.created_at,
+        )
+        .where(v.c.memory_id == _m.id, v.c.created_at <= as_of)
+        .order_by(v.c.version.desc())
+        .limit(1)
+        .lateral("h")
+    )
 
 
 def versions_as_of_query(tenant_id: uuid.UUID, user_id: str, as_of: datetime) -> Select[Any]:
-    """Per memory of the scope, its latest version written at or before `as_of`.
-
-    A version's time is its transaction's start; one transaction writes at most one version of a
-    memory, so (memory, time) never ties and the highest version number is the one in force.
-    """
+    """Per memory of the scope, the version in force at `as_of`."""
+    heads = in_force_at(as_of)
     return (
-        select(*VERSION_STATE)
-        .where(_v.tenant_id == tenant_id, _v.user_id == user_id, _v.created_at <= as_of)
-        .ext(distinct_on(_v.memory_id))
-        .order_by(_v.memory_id, _v.version.desc())
+        select(*heads.c)
+        .select_from(MEMORIES.join(heads, true()))
+        .where(_m.tenant_id == tenant_id, _m.user_id == user_id)
     )
 
 
@@ -194,7 +216,7 @@ class MemoryRepository:
         in force then, `updated_at` is when that version was written, and `embedding` (if asked for) is
         the vector that version was searched by. Keyset-paginated on (created_at, id) like `page`.
         """
-        heads = versions_as_of_query(tenant_id, user_id, as_of).subquery("h")
+        heads = in_force_at(as_of)
         columns = [
             _m.id,
             _m.user_id,
@@ -212,7 +234,11 @@ class MemoryRepository:
         ]
         if with_embedding:
             columns.append(effective_embedding(heads.c.memory_id, heads.c.version).label("embedding"))
-        stmt = select(*columns).join(heads, heads.c.memory_id == _m.id).where(_m.tenant_id == tenant_id)
+        stmt = (
+            select(*columns)
+            .select_from(MEMORIES.join(heads, true()))
+            .where(_m.tenant_id == tenant_id, _m.user_id == user_id)
+        )
         if agent_id is not None:
             stmt = stmt.where(_m.agent_id == agent_id)
         if statuses is not None:
