@@ -116,6 +116,29 @@ class VersionState:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryAsOf:
+    """A memory as it stood at a time: the fields of `Memory`, with `version`, `content`, `status` ...
+    those of the version then in force and `updated_at` when that version was written (a plain
+    object: building ORM instances for a thousand rows costs more than the query)."""
+
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    user_id: str
+    agent_id: str | None
+    run_id: str | None
+    created_at: datetime
+    content: str
+    tags: list[str]
+    owner: str
+    status: str
+    version: int
+    memory_at: datetime | None
+    changeset_id: uuid.UUID | None
+    updated_at: datetime
+    embedding: list[float] | None = None
+
+
 def in_force_at(as_of: datetime) -> Any:
     """A LATERAL subquery: for the memory of the enclosing row, its latest version written at or
     before `as_of` (none if the memory was created later).
@@ -209,12 +232,11 @@ class MemoryRepository:
         after: tuple[datetime, uuid.UUID] | None = None,
         limit: int | None = None,
         with_embedding: bool = False,
-    ) -> list[Memory]:
+    ) -> list[MemoryAsOf]:
         """The scope's memories as they stood at `as_of` (from their versions), oldest first.
 
-        Rows are detached `Memory` objects: `version`, `content`, `status` ... are those of the version
-        in force then, `updated_at` is when that version was written, and `embedding` (if asked for) is
-        the vector that version was searched by. Keyset-paginated on (created_at, id) like `page`.
+        `embedding` (if asked for) is the vector the version then in force was searched by.
+        Keyset-paginated on (created_at, id) like `page`.
         """
         heads = in_force_at(as_of)
         columns = [
@@ -249,7 +271,7 @@ class MemoryRepository:
         if limit is not None:
             stmt = stmt.limit(limit)
         rows = await self.session.execute(stmt)
-        return [Memory(tenant_id=tenant_id, **row._asdict()) for row in rows]
+        return [MemoryAsOf(row[0], tenant_id, *row[1:]) for row in rows]
 
     async def versions_as_of(
         self, tenant_id: uuid.UUID, user_id: str, as_of: datetime

@@ -9,6 +9,7 @@ from typing import Annotated
 import msgspec
 
 from app.db.models import Memory, MemoryVersion
+from app.domain.memories.repositories import MemoryAsOf
 
 
 class MemoryOut(msgspec.Struct):
@@ -26,7 +27,7 @@ class MemoryOut(msgspec.Struct):
     updated_at: datetime
 
     @classmethod
-    def of(cls, m: Memory) -> MemoryOut:
+    def of(cls, m: Memory | MemoryAsOf) -> MemoryOut:
         return cls(
             id=m.id,
             user_id=m.user_id,

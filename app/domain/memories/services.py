@@ -20,6 +20,7 @@ from app.db.models import Memory, MemoryVersion
 from app.domain.audit.services import record_event
 from app.domain.memories.repositories import (
     ChangesetRepository,
+    MemoryAsOf,
     MemoryRepository,
     MemoryState,
     VersionRepository,
@@ -374,7 +375,7 @@ def aware(moment: datetime | None) -> datetime | None:
     return moment
 
 
-def encode_cursor(memory: Memory) -> str:
+def encode_cursor(memory: Memory | MemoryAsOf) -> str:
     raw = f"{memory.created_at.isoformat()}|{memory.id}"
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
@@ -400,13 +401,13 @@ async def list_memories(
     cursor: str | None,
     limit: int,
     as_of: datetime | None = None,
-) -> tuple[Sequence[Memory], str | None]:
+) -> tuple[Sequence[Memory | MemoryAsOf], str | None]:
     """A page of the scope's memories as they stand now, or as they stood at `as_of`."""
     statuses = None if status == "all" else [status]
     after = decode_cursor(cursor) if cursor else None
     repo = MemoryRepository(session)
     if as_of is not None:
-        page: Sequence[Memory] = await repo.bank_as_of(
+        page: Sequence[Memory | MemoryAsOf] = await repo.bank_as_of(
             tenant_id, user_id, as_of, agent_id=agent_id, statuses=statuses, after=after, limit=limit + 1
         )
     else:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import AuditEvent, Changeset
+from app.domain.memories.repositories import MemoryRepository
 from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys, bearer
-from tests.support.history import db_now, memory, write
+from tests.support.history import EMBEDDER, db_now, memory, write
 
 Client = AsyncTestClient[Litestar]
 
@@ -108,3 +110,34 @@ async def test_as_of_pages_like_the_live_listing(
         if cursor is None:
             break
     assert sorted(seen) == [f"The user likes item {i}." for i in range(5)]
+
+
+async def test_as_of_rows_carry_the_vector_then_in_force(
+    client: Client, tenant: TenantKeys, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    await write(sessionmaker, tenant.tenant_id, "u", [Op(OpKind.ADD, "The user lives in Lyon.")])
+    lyon = await memory(sessionmaker, "The user lives in Lyon.")
+    t1 = await db_now(sessionmaker)
+    await write(
+        sessionmaker, tenant.tenant_id, "u", [Op(OpKind.UPDATE, "The user lives in Oslo.", (0,))], [lyon]
+    )
+    t2 = await db_now(sessionmaker)
+    oslo = await memory(sessionmaker, "The user lives in Oslo.")
+    await write(sessionmaker, tenant.tenant_id, "u", [Op(OpKind.DELETE, targets=(0,))], [oslo])
+    [lyon_vector, oslo_vector] = await EMBEDDER.embed(["The user lives in Lyon.", "The user lives in Oslo."])
+    async with sessionmaker() as session:
+        repo = MemoryRepository(session)
+        [then] = await repo.bank_as_of(tenant.tenant_id, "u", t1, with_embedding=True)
+        [later] = await repo.bank_as_of(tenant.tenant_id, "u", t2, with_embedding=True)
+        [deleted] = await repo.bank_as_of(
+            tenant.tenant_id, "u", await db_now(sessionmaker), statuses=None, with_embedding=True
+        )
+    assert (then.content, then.version) == ("The user lives in Lyon.", 1)
+    assert then.embedding is not None
+    assert list(then.embedding) == pytest.approx(lyon_vector, abs=1e-6)
+    assert later.embedding is not None
+    assert list(later.embedding) == pytest.approx(oslo_vector, abs=1e-6)
+    # A DELETE version repeats no vector; the one in force is still the last one written.
+    assert (deleted.status, deleted.version) == ("deleted", 3)
+    assert deleted.embedding is not None
+    assert list(deleted.embedding) == pytest.approx(oslo_vector, abs=1e-6)
