@@ -8,58 +8,55 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, func, select, text, tuple_, update
+from sqlalchemy import Table, bindparam, delete, func, select, text, true, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import Integer, String
 
 from app.db.models import AuditEvent, Changeset, Chunk, Memory, MemoryVersion, Scope
-from app.domain.memories.repositories import VERSIONS, VersionState
+from app.domain.memories.repositories import VERSIONS, VersionState, in_force_at
 
 MEMORIES = cast("Table", Memory.__table__)
 _m = MEMORIES.c
 _v = VERSIONS.c
 
-# One INSERT ... SELECT writes every new version of a restoration: the state is copied from the
-# source version inside Postgres (vectors never travel to the application), with the vector in force
-# at that version, and `p.status` overriding the status (an undone ADD becomes `deleted`).
-_INSERT_RESTORED = text(
+# One statement writes a whole restoration: the INSERT ... SELECT copies each new version's state
+# from its source version inside Postgres (vectors never travel to the application), with the vector
+# in force at that version and `p.status` overriding the status (an undone ADD becomes `deleted`);
+# the UPDATE moves each head to the version just written.
+_WRITE_RESTORED = text(
     """
-    INSERT INTO memory_versions (
-        tenant_id, user_id, memory_id, version, op, content, tags, owner, status, memory_at,
-        embedding, changeset_id, actor, reason)
-    SELECT tv.tenant_id, tv.user_id, tv.memory_id, p.new_version, :op, tv.content, tv.tags, tv.owner,
-           p.status, tv.memory_at,
-           COALESCE(tv.embedding, (
-               SELECT e.embedding FROM memory_versions e
-               WHERE e.memory_id = tv.memory_id AND e.version < tv.version AND e.embedding IS NOT NULL
-               ORDER BY e.version DESC LIMIT 1)),
-           :changeset_id, :actor, :reason
-    FROM unnest(:memory_ids, :source_versions, :new_versions, :statuses)
-         AS p(memory_id, source_version, new_version, status)
-    -- LATERAL: one probe of the (memory_id, version) index per row, however long the history.
-    CROSS JOIN LATERAL (
-        SELECT * FROM memory_versions v WHERE v.memory_id = p.memory_id AND v.version = p.source_version
-    ) tv
-    WHERE tv.tenant_id = :tenant_id AND tv.user_id = :user_id
+    WITH written AS (
+        INSERT INTO memory_versions (
+            tenant_id, user_id, memory_id, version, op, content, tags, owner, status, memory_at,
+            embedding, changeset_id, actor, reason)
+        SELECT tv.tenant_id, tv.user_id, tv.memory_id, p.new_version, :op, tv.content, tv.tags, tv.owner,
+               p.status, tv.memory_at,
+               COALESCE(tv.embedding, (
+                   SELECT e.embedding FROM memory_versions e
+                   WHERE e.memory_id = tv.memory_id AND e.version < tv.version AND e.embedding IS NOT NULL
+                   ORDER BY e.version DESC LIMIT 1)),
+               :changeset_id, :actor, :reason
+        FROM unnest(:memory_ids, :source_versions, :new_versions, :statuses)
+             AS p(memory_id, source_version, new_version, status)
+        -- LATERAL: one probe of the (memory_id, version) index per row, however long the history.
+        CROSS JOIN LATERAL (
+            SELECT * FROM memory_versions v WHERE v.memory_id = p.memory_id AND v.version = p.source_version
+        ) tv
+        WHERE tv.tenant_id = :tenant_id AND tv.user_id = :user_id
+        RETURNING memory_id, version, status, content, tags, owner, memory_at, embedding, changeset_id
+    )
+    UPDATE memories m
+    SET version = w.version, status = w.status, content = w.content, tags = w.tags, owner = w.owner,
+        memory_at = w.memory_at, embedding = w.embedding, changeset_id = w.changeset_id, updated_at = now()
+    FROM written w
+    WHERE m.id = w.memory_id
     """
 ).bindparams(
     bindparam("memory_ids", type_=ARRAY(UUID(as_uuid=True))),
     bindparam("source_versions", type_=ARRAY(Integer)),
     bindparam("new_versions", type_=ARRAY(Integer)),
     bindparam("statuses", type_=ARRAY(String)),
-)
-
-# ... and one UPDATE moves the heads to the versions just written under the changeset.
-_UPDATE_HEADS = text(
-    """
-    UPDATE memories m
-    SET version = nv.version, status = nv.status, content = nv.content, tags = nv.tags,
-        owner = nv.owner, memory_at = nv.memory_at, embedding = nv.embedding,
-        changeset_id = nv.changeset_id, updated_at = now()
-    FROM memory_versions nv
-    WHERE nv.changeset_id = :changeset_id AND m.id = nv.memory_id
-    """
 )
 
 _STATES_AT = text(
@@ -131,6 +128,41 @@ class HistoryRepository:
         rows = await self.session.execute(stmt)
         return {r.memory_id: VersionState.of(r) for r in rows}
 
+    async def lock_heads_with_past(
+        self, tenant_id: uuid.UUID, user_id: str, as_of: datetime
+    ) -> tuple[dict[uuid.UUID, VersionState], dict[uuid.UUID, VersionState]]:
+        """Row-lock every memory of the scope (id order) and read, in the same pass, the version of
+        each that was in force at `as_of` (absent for memories created later)."""
+        then = in_force_at(as_of)
+        rows = await self.session.execute(
+            select(
+                _m.id,
+                _m.version,
+                _m.status,
+                _m.content,
+                _m.tags,
+                _m.owner,
+                _m.memory_at,
+                then.c.version,
+                then.c.status,
+                then.c.content,
+                then.c.tags,
+                then.c.owner,
+                then.c.memory_at,
+            )
+            .select_from(MEMORIES.outerjoin(then, true()))
+            .where(_m.tenant_id == tenant_id, _m.user_id == user_id)
+            .order_by(_m.id)
+            .with_for_update(of=MEMORIES)
+        )
+        heads: dict[uuid.UUID, VersionState] = {}
+        past: dict[uuid.UUID, VersionState] = {}
+        for r in rows:
+            heads[r[0]] = VersionState(r[0], r[1], r[2], r[3], tuple(r[4]), r[5], r[6])
+            if r[7] is not None:
+                past[r[0]] = VersionState(r[0], r[7], r[8], r[9], tuple(r[10]), r[11], r[12])
+        return heads, past
+
     async def states_at(
         self, tenant_id: uuid.UUID, wanted: Sequence[tuple[uuid.UUID, int]]
     ) -> dict[tuple[uuid.UUID, int], VersionState]:
@@ -197,11 +229,11 @@ class HistoryRepository:
         reason: str | None,
         restorations: Sequence[Restoration],
     ) -> None:
-        """New versions for every restoration and the heads moved to them: two statements in all."""
+        """New versions for every restoration and the heads moved to them, in one statement."""
         if not restorations:
             return
         await self.session.execute(
-            _INSERT_RESTORED,
+            _WRITE_RESTORED,
             {
                 "tenant_id": tenant_id,
                 "user_id": user_id,
@@ -215,7 +247,6 @@ class HistoryRepository:
                 "statuses": [r.status for r in restorations],
             },
         )
-        await self.session.execute(_UPDATE_HEADS, {"changeset_id": changeset_id})
 
     # --- changesets ------------------------------------------------------------------------------
 

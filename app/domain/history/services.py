@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import Changeset, Chunk
 from app.domain.audit.services import record_event
 from app.domain.history.repositories import HistoryRepository, Restoration
-from app.domain.memories.repositories import ChangesetRepository, MemoryRepository, VersionState
+from app.domain.memories.repositories import ChangesetRepository, VersionState
 from app.domain.memories.services import get_memory
 from app.domain.pipeline.locks import scope_lock_key
 from app.lib.errors import ApiError, ConflictError, NotFoundError
@@ -331,8 +331,7 @@ async def restore_user(
 ) -> UndoResult:
     """The user's bank becomes what it was at `as_of`: each memory takes the state it had then, and
     memories created later are deleted. One changeset (kind `restore`, op RESTORE) for all of it."""
-    heads = await HistoryRepository(session).lock_heads(tenant_id, user_id)
-    then = await MemoryRepository(session).versions_as_of(tenant_id, user_id, as_of)
+    heads, then = await HistoryRepository(session).lock_heads_with_past(tenant_id, user_id, as_of)
     targets = {m: then.get(m) or replace(head, status="deleted") for m, head in heads.items()}
     result = UndoResult(dry_run=dry_run)
     await write_restorations(
