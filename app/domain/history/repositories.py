@@ -20,43 +20,46 @@ MEMORIES = cast("Table", Memory.__table__)
 _m = MEMORIES.c
 _v = VERSIONS.c
 
-# One statement writes a whole restoration: the INSERT ... SELECT copies each new version's state
-# from its source version inside Postgres (vectors never travel to the application), with the vector
-# in force at that version and `p.status` overriding the status (an undone ADD becomes `deleted`);
-# the UPDATE moves each head to the version just written.
-_WRITE_RESTORED = text(
+# One INSERT ... SELECT writes every new version of a restoration: the state is copied from the
+# source version inside Postgres (vectors never travel to the application), with the vector in force
+# at that version, and `p.status` overriding the status (an undone ADD becomes `deleted`).
+_INSERT_RESTORED = text(
     """
-    WITH written AS (
-        INSERT INTO memory_versions (
-            tenant_id, user_id, memory_id, version, op, content, tags, owner, status, memory_at,
-            embedding, changeset_id, actor, reason)
-        SELECT tv.tenant_id, tv.user_id, tv.memory_id, p.new_version, :op, tv.content, tv.tags, tv.owner,
-               p.status, tv.memory_at,
-               COALESCE(tv.embedding, (
-                   SELECT e.embedding FROM memory_versions e
-                   WHERE e.memory_id = tv.memory_id AND e.version < tv.version AND e.embedding IS NOT NULL
-                   ORDER BY e.version DESC LIMIT 1)),
-               :changeset_id, :actor, :reason
-        FROM unnest(:memory_ids, :source_versions, :new_versions, :statuses)
-             AS p(memory_id, source_version, new_version, status)
-        -- LATERAL: one probe of the (memory_id, version) index per row, however long the history.
-        CROSS JOIN LATERAL (
-            SELECT * FROM memory_versions v WHERE v.memory_id = p.memory_id AND v.version = p.source_version
-        ) tv
-        WHERE tv.tenant_id = :tenant_id AND tv.user_id = :user_id
-        RETURNING memory_id, version, status, content, tags, owner, memory_at, embedding, changeset_id
-    )
-    UPDATE memories m
-    SET version = w.version, status = w.status, content = w.content, tags = w.tags, owner = w.owner,
-        memory_at = w.memory_at, embedding = w.embedding, changeset_id = w.changeset_id, updated_at = now()
-    FROM written w
-    WHERE m.id = w.memory_id
+    INSERT INTO memory_versions (
+        tenant_id, user_id, memory_id, version, op, content, tags, owner, status, memory_at,
+        embedding, changeset_id, actor, reason)
+    SELECT tv.tenant_id, tv.user_id, tv.memory_id, p.new_version, :op, tv.content, tv.tags, tv.owner,
+           p.status, tv.memory_at,
+           COALESCE(tv.embedding, (
+               SELECT e.embedding FROM memory_versions e
+               WHERE e.memory_id = tv.memory_id AND e.version < tv.version AND e.embedding IS NOT NULL
+               ORDER BY e.version DESC LIMIT 1)),
+           :changeset_id, :actor, :reason
+    FROM unnest(:memory_ids, :source_versions, :new_versions, :statuses)
+         AS p(memory_id, source_version, new_version, status)
+    -- LATERAL: one probe of the (memory_id, version) index per row, however long the history.
+    CROSS JOIN LATERAL (
+        SELECT * FROM memory_versions v WHERE v.memory_id = p.memory_id AND v.version = p.source_version
+    ) tv
+    WHERE tv.tenant_id = :tenant_id AND tv.user_id = :user_id
     """
 ).bindparams(
     bindparam("memory_ids", type_=ARRAY(UUID(as_uuid=True))),
     bindparam("source_versions", type_=ARRAY(Integer)),
     bindparam("new_versions", type_=ARRAY(Integer)),
     bindparam("statuses", type_=ARRAY(String)),
+)
+
+# ... and one UPDATE moves the heads to the versions just written under the changeset.
+_UPDATE_HEADS = text(
+    """
+    UPDATE memories m
+    SET version = nv.version, status = nv.status, content = nv.content, tags = nv.tags,
+        owner = nv.owner, memory_at = nv.memory_at, embedding = nv.embedding,
+        changeset_id = nv.changeset_id, updated_at = now()
+    FROM memory_versions nv
+    WHERE nv.changeset_id = :changeset_id AND m.id = nv.memory_id
+    """
 )
 
 _STATES_AT = text(
@@ -229,11 +232,11 @@ class HistoryRepository:
         reason: str | None,
         restorations: Sequence[Restoration],
     ) -> None:
-        """New versions for every restoration and the heads moved to them, in one statement."""
+        """New versions for every restoration and the heads moved to them: two statements in all."""
         if not restorations:
             return
         await self.session.execute(
-            _WRITE_RESTORED,
+            _INSERT_RESTORED,
             {
                 "tenant_id": tenant_id,
                 "user_id": user_id,
@@ -247,6 +250,9 @@ class HistoryRepository:
                 "statuses": [r.status for r in restorations],
             },
         )
+        # Through the new versions' changeset index and the primary key: a handful of rows for a
+        # revert, the whole bank for a restore, and never a scan of every memory of the tenant.
+        await self.session.execute(_UPDATE_HEADS, {"changeset_id": changeset_id})
 
     # --- changesets ------------------------------------------------------------------------------
 
