@@ -271,3 +271,31 @@ async def test_bulk_revert_by_model_newest_first(
     assert reads == [str(created[0].id)]
     assert len(bulk) == 1
     assert bulk[0]["filter"]["model"] == "bad"
+
+
+async def test_undo_needs_the_admin_role_and_stays_in_the_tenant(
+    client: Client,
+    tenant: TenantKeys,
+    other_tenant: TenantKeys,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    changeset = await write(sessionmaker, tenant.tenant_id, "u", [Op(OpKind.ADD, "The user lives in Lyon.")])
+    lyon = await memory(sessionmaker, "The user lives in Lyon.")
+    created = await client.post(
+        "/v1/admin/keys", json={"name": "rw", "roles": ["read", "write"]}, headers=tenant.admin
+    )
+    writer_key = {"Authorization": f"Bearer {created.json()['key']}"}
+    for path, body in [
+        (f"/v1/admin/changesets/{changeset}/revert", {}),
+        (f"/v1/admin/memories/{lyon.id}/rollback", {"to_version": 1}),
+        ("/v1/admin/users/u/restore", {"as_of": "2026-01-01T00:00:00Z"}),
+    ]:
+        assert (await client.post(path, json=body, headers=writer_key)).status_code == 403
+        # Another tenant's admin sees nothing of this tenant: its ids are unknown there.
+        other = await client.post(path, json=body, headers=other_tenant.admin)
+        assert other.status_code == (200 if "users" in path else 404), path
+    assert (
+        await client.get(f"/v1/admin/changesets/{changeset}", headers=other_tenant.admin)
+    ).status_code == 404
+    assert (await client.get("/v1/admin/audit", headers=writer_key)).status_code == 403
+    assert await _bank(client, tenant) == {"The user lives in Lyon.": ("active", 1)}
