@@ -28,6 +28,7 @@ from app.domain.history.schemas import (
     DiffOut,
     PurgeOut,
     RestoreIn,
+    RetryIn,
     RetryOut,
     RevertIn,
     RollbackIn,
@@ -180,9 +181,18 @@ class AdminHistoryController(Controller):
 
     @post("/chunks/{chunk_id:uuid}/retry", status_code=HTTP_200_OK, summary="Re-queue a failed chunk")
     async def retry_chunk(
-        self, chunk_id: FromPath[uuid.UUID], request: AdminRequest, db_session: NamedDependency[AsyncSession]
+        self,
+        chunk_id: FromPath[uuid.UUID],
+        request: AdminRequest,
+        db_session: NamedDependency[AsyncSession],
+        data: JSONBody[RetryIn | None] = None,
     ) -> Response[RetryOut]:
-        chunk = await services.retry_chunk(db_session, request.user.tenant_id, chunk_id, who=_who(request))
+        dry_run = bool(data and data.dry_run)
+        chunk = await services.retry_chunk(
+            db_session, request.user.tenant_id, chunk_id, who=_who(request), dry_run=dry_run
+        )
+        if dry_run:
+            return Response(RetryOut(chunk_id=chunk.id, seq=chunk.seq, status="queued", dry_run=True))
         queue: JobQueue = request.app.state.job_queue
         job = (
             PROCESS_SCOPE_JOB,
@@ -205,6 +215,7 @@ class AdminHistoryController(Controller):
         request: AdminRequest,
         db_session: NamedDependency[AsyncSession],
         purge: Annotated[bool, QueryParameter()] = False,
+        dry_run: Annotated[bool, QueryParameter()] = False,
     ) -> PurgeOut:
         if not purge:
             raise ApiError(
@@ -212,8 +223,10 @@ class AdminHistoryController(Controller):
                 code="purge_not_confirmed",
                 status_code=400,
             )
-        counts = await services.purge_user(db_session, request.user.tenant_id, user_id, who=_who(request))
-        return PurgeOut(user_id=user_id, deleted=counts)
+        counts = await services.purge_user(
+            db_session, request.user.tenant_id, user_id, who=_who(request), dry_run=dry_run
+        )
+        return PurgeOut(user_id=user_id, deleted=counts, dry_run=dry_run)
 
 
 class AuditController(Controller):

@@ -90,6 +90,16 @@ _LATER_TOUCHES = text(
 )
 
 
+# What a purge deletes, in this order.
+_PURGED: tuple[tuple[str, Any], ...] = (
+    ("versions", MemoryVersion),
+    ("memories", Memory),
+    ("changesets", Changeset),
+    ("chunks", Chunk),
+    ("scopes", Scope),
+)
+
+
 @dataclass(frozen=True)
 class Touch:
     """A version some changeset wrote."""
@@ -335,19 +345,28 @@ class HistoryRepository:
 
     # --- purge -----------------------------------------------------------------------------------
 
+    async def count_user_rows(self, tenant_id: uuid.UUID, user_id: str) -> dict[str, int]:
+        """How many rows a purge of the user would delete, per kind."""
+        counts: dict[str, int] = {}
+        for name, model in _PURGED:
+            table = cast("Table", model.__table__)
+            counts[name] = int(
+                await self.session.scalar(
+                    select(func.count())
+                    .select_from(table)
+                    .where(table.c.tenant_id == tenant_id, table.c.user_id == user_id)
+                )
+                or 0
+            )
+        return counts
+
     async def purge_user(self, tenant_id: uuid.UUID, user_id: str) -> dict[str, int]:
         """Delete every row holding the user's content. History tables refuse DELETE unless the
         transaction-local `memstore.purge` flag is on; it is set here and nowhere else, and ends
         with this transaction."""
         await self.session.execute(text("SET LOCAL memstore.purge = 'on'"))
         counts: dict[str, int] = {}
-        for name, model in (
-            ("versions", MemoryVersion),
-            ("memories", Memory),
-            ("changesets", Changeset),
-            ("chunks", Chunk),
-            ("scopes", Scope),
-        ):
+        for name, model in _PURGED:
             table = cast("Table", model.__table__)
             result = await self.session.execute(
                 delete(table).where(table.c.tenant_id == tenant_id, table.c.user_id == user_id)

@@ -114,15 +114,23 @@ class ChangesetList(msgspec.Struct):
     next_cursor: str | None
 
 
+class RetryIn(msgspec.Struct, forbid_unknown_fields=True):
+    dry_run: bool = False
+
+
 class RetryOut(msgspec.Struct):
     chunk_id: uuid.UUID
     seq: int
     status: str
+    dry_run: bool = False
 
 
 class PurgeOut(msgspec.Struct):
+    """Rows deleted per kind (with `dry_run`: rows that would be)."""
+
     user_id: str
     deleted: dict[str, int]
+    dry_run: bool = False
 
 
 class AuditEventOut(msgspec.Struct):

@@ -357,12 +357,16 @@ async def restore_user(
 
 
 async def retry_chunk(
-    session: AsyncSession, tenant_id: uuid.UUID, chunk_id: uuid.UUID, *, who: Actor
+    session: AsyncSession, tenant_id: uuid.UUID, chunk_id: uuid.UUID, *, who: Actor, dry_run: bool = False
 ) -> Chunk:
     """A failed chunk goes back to the queue with a fresh set of attempts (the caller wakes a worker
-    after the commit)."""
+    after the commit). A dry run only checks that it could."""
     repo = HistoryRepository(session)
-    chunk = await repo.requeue_failed_chunk(tenant_id, chunk_id)
+    if dry_run:
+        found = await repo.chunk(tenant_id, chunk_id)
+        chunk = found if found is not None and found.status == "failed" else None
+    else:
+        chunk = await repo.requeue_failed_chunk(tenant_id, chunk_id)
     if chunk is None:
         existing = await repo.chunk(tenant_id, chunk_id)
         if existing is None:
@@ -372,6 +376,8 @@ async def retry_chunk(
             code="chunk_not_failed",
             details={"status": existing.status},
         )
+    if dry_run:
+        return chunk
     await record_event(
         session,
         tenant_id=tenant_id,
@@ -386,13 +392,15 @@ async def retry_chunk(
 
 
 async def purge_user(
-    session: AsyncSession, tenant_id: uuid.UUID, user_id: str, *, who: Actor
+    session: AsyncSession, tenant_id: uuid.UUID, user_id: str, *, who: Actor, dry_run: bool = False
 ) -> dict[str, int]:
     """GDPR erasure: the user's chunks, memories, versions and changesets are deleted; the audit log
     keeps one event saying so, with row counts and no content.
 
     Taken under the scope's advisory lock (waiting for a worker draining it), so no apply can
     write the user's memories back while the purge runs."""
+    if dry_run:
+        return await HistoryRepository(session).count_user_rows(tenant_id, user_id)
     await session.execute(select(func.pg_advisory_xact_lock(scope_lock_key(tenant_id, user_id))))
     counts = await HistoryRepository(session).purge_user(tenant_id, user_id)
     await record_event(

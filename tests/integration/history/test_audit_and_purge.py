@@ -114,6 +114,12 @@ async def test_retry_requeues_a_failed_chunk_and_a_worker_applies_it(
             ),
             {"id": chunk_id},
         )
+    dry = await client.post(
+        f"/v1/admin/chunks/{chunk_id}/retry", json={"dry_run": True}, headers=tenant.admin
+    )
+    assert dry.status_code == 200, dry.text
+    assert (dry.json()["status"], dry.json()["dry_run"]) == ("queued", True)
+    assert (await client.get(f"/v1/chunks/{chunk_id}", headers=tenant.admin)).json()["status"] == "failed"
     retried = await client.post(f"/v1/admin/chunks/{chunk_id}/retry", headers=tenant.admin)
     assert retried.status_code == 200, retried.text
     assert retried.json()["status"] == "queued"
@@ -173,6 +179,11 @@ async def test_purge_removes_the_users_content_everywhere(
 
     refused = await client.delete("/v1/admin/users/victim", headers=tenant.admin)
     assert (refused.status_code, refused.json()["error"]["code"]) == (400, "purge_not_confirmed")
+    dry = await client.delete(
+        "/v1/admin/users/victim", params={"purge": "true", "dry_run": "true"}, headers=tenant.admin
+    )
+    assert dry.status_code == 200, dry.text
+    assert (await _mentions(sessionmaker, f"{SECRET}-victim"))["memory_versions"] == 3
     purged = await client.delete("/v1/admin/users/victim", params={"purge": "true"}, headers=tenant.admin)
     assert purged.status_code == 200, purged.text
     assert purged.json()["deleted"] == {
@@ -191,6 +202,7 @@ async def test_purge_removes_the_users_content_everywhere(
 
     events = await _events(client, tenant, action="user.purged")
     assert len(events) == 1
+    assert dry.json() == purged.json() | {"dry_run": True}
     assert (events[0]["target_id"], events[0]["summary"]) == ("victim", {"deleted": purged.json()["deleted"]})
     assert (await _verify(client, tenant))["ok"] is True
     # The exception was for that transaction only: history is append-only again.
