@@ -118,3 +118,14 @@ async def test_an_obedient_model_can_only_delete_what_it_was_shown(
         kept = {v.content for v in versions if v.op == "ADD"}
         assert kept == {f"The user said: {fact}" for fact in FACTS}
         assert json.loads(changeset.raw_output or "[]")[-1]["step"] == "update"
+
+    # The operator undoes the attack: every deleted fact is active again, as a new version.
+    response = await api.post(f"/v1/admin/changesets/{changeset.id}/revert", json={}, headers=tenant.admin)
+    assert response.status_code == 200, response.text
+    restored = await bank(sessionmaker)
+    assert {key: status for key, (status, _) in restored.items()} == {
+        key: status for key, (status, _) in before.items()
+    }
+    assert {v for key, (_, v) in restored.items() if key[1] == "vic" and key[0] == str(tenant.tenant_id)} == {
+        3
+    }
