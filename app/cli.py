@@ -282,5 +282,10 @@ def tenants_create(name: Annotated[str, typer.Argument(help="Unique tenant name.
     typer.echo(secret)
 
 
+from app import cli_search  # noqa: E402  (registers on `cli`, defined above)
+
+cli_search.register(cli)
+
+
 def main() -> None:
     cli()
