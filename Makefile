@@ -58,6 +58,8 @@ bench: $(STAMP) ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/pipeline.py
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python bench/search.py --json docs/search-benchmark.json --plot docs/search-benchmark.png
 
 .PHONY: clean
 clean: ## Remove the virtualenv, caches and the local data directory

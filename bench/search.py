@@ -3,8 +3,9 @@
 Builds a synthetic bank in a throwaway embedded Postgres (the one `memstore up` runs: Postgres 16,
 pgvector 0.6, shared_buffers 256 MB): `--memories` memories over `--users` users, sizes skewed (a few
 users hold `--big-user-size` memories each, the rest follow a log-normal), 384-dim vectors drawn
-around topic centroids (each user talks about a handful of topics), in random arrival order. The
-schema is the real one, built by the migrations; rows are loaded with COPY.
+around facets of topics of domains (each user talks about a handful of topics), queries being new
+statements drawn the same way, rows in random arrival order. The schema is the real one, built by
+the migrations; rows are loaded with COPY.
 
 Measured, each figure labelled with the level it is taken at:
 - SQL: one asyncpg statement, the repository's query shape, no Python service code;
@@ -54,7 +55,8 @@ from app.lib.embedded import EmbeddedPostgres
 DIM = 384
 GOAL_P50_MS, GOAL_P99_MS, GOAL_RECALL = 5.0, 20.0, 0.95
 DOMAINS, TOPICS = 50, 2_000  # topics grouped in broad domains (work, food, travel ...)
-NOISE = 0.9  # spread of a memory around its topic: cosine to the topic ~0.74
+FACETS = 20  # facets per topic ("coffee: espresso", "coffee: the grinder" ...), cosine ~0.8 to the topic
+NOISE = 0.6  # spread of a memory around its facet (cosine ~0.86): two statements of one fact ~0.74
 
 
 def log(message: str) -> None:
@@ -230,6 +232,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             rng.choice(TOPICS, size=int(rng.integers(3, 12)), replace=False) for _ in range(args.users)
         ]
         owner = np.repeat(np.arange(args.users), sizes)
+        facets = unit(centroids[:, None, :] + 0.75 * unit(rng.standard_normal((TOPICS, FACETS, DIM)))).astype(
+            np.float32
+        )
+        facet = rng.integers(0, FACETS, args.memories)
         topic = np.array([rng.choice(user_topics[u]) for u in owner]) if args.memories <= 50_000 else None
         if topic is None:  # vectorised for 1M: a random topic of each row's user
             lengths = np.array([len(t) for t in user_topics])
@@ -240,7 +246,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for start in range(0, args.memories, 100_000):
             part = slice(start, start + 100_000)
             noise = rng.standard_normal((len(owner[part]), DIM)).astype(np.float32) * (NOISE / np.sqrt(DIM))
-            vectors[part] = unit(centroids[topic[part]] + noise)
+            vectors[part] = unit(facets[topic[part], facet[part]] + noise)
         order = rng.permutation(args.memories)  # arrival order: users interleaved, as in production
         ids = [uuid.uuid4() for _ in range(args.memories)]
         user_names = [f"user-{u:05d}" for u in range(args.users)]
@@ -283,7 +289,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             """Single-row INSERTs, one transaction each (how the service writes a memory)."""
             lat = []
             for k in range(n):
-                v = unit(centroids[k % TOPICS] + rng.standard_normal(DIM).astype(np.float32) * 0.05)
+                noise = rng.standard_normal(DIM).astype(np.float32) * (NOISE / np.sqrt(DIM))
+                v = unit(facets[k % TOPICS, k % FACETS] + noise)
                 started = time.perf_counter()
                 await conn.execute(
                     "INSERT INTO memories (id, tenant_id, user_id, content, embedding) "
@@ -330,8 +337,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         # --- queries --------------------------------------------------------------------------
         def query_for(u: int) -> np.ndarray:
             t = rng.choice(user_topics[u])
+            # a new statement about something the user talks about (not a stored row)
             noise = rng.standard_normal(DIM).astype(np.float32) * (NOISE / np.sqrt(DIM))
-            return unit(centroids[t] + noise)
+            return unit(facets[t, rng.integers(0, FACETS)] + noise)
 
         big = list(range(args.big_users))
         scoped_users = rng.integers(0, args.users, size=4000)
