@@ -166,19 +166,19 @@ class SearchRepository:
         return int(found or 0) >= size
 
     async def tune_hnsw(self, ef_search: int, *, iterative: bool) -> None:
-        """Search parameters of the HNSW index for the rest of this transaction."""
-        if iterative:
-            await self.session.execute(
-                text(
-                    "SELECT set_config('hnsw.ef_search', :ef, true), "
-                    "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
-                ),
-                {"ef": str(ef_search)},
-            )
-        else:
-            await self.session.execute(
-                text("SELECT set_config('hnsw.ef_search', :ef, true)"), {"ef": str(ef_search)}
-            )
+        """Search parameters of the HNSW index for the rest of this transaction.
+
+        A sequential scan is ruled out too: this path exists to walk the graph, and on a small or
+        freshly analysed table the planner would otherwise sort the whole tenant instead.
+        """
+        iterative_scan = ", set_config('hnsw.iterative_scan', 'relaxed_order', true)" if iterative else ""
+        await self.session.execute(
+            text(
+                "SELECT set_config('hnsw.ef_search', :ef, true), "
+                f"set_config('enable_seqscan', 'off', true){iterative_scan}"
+            ),
+            {"ef": str(ef_search)},
+        )
 
     async def search(
         self,
