@@ -314,11 +314,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "USING gin (to_tsvector('simple'::regconfig, content)) WHERE status = 'active'"
         )
         results["gin_build_s"] = round(time.perf_counter() - started, 1)
-        log(f"GIN built in {results['gin_build_s']} s; building HNSW (m=16, ef_construction=64)")
+        m, efc = args.hnsw_m, args.hnsw_ef_construction
+        log(f"GIN built in {results['gin_build_s']} s; building HNSW (m={m}, ef_construction={efc})")
         started = time.perf_counter()
         await conn.execute(
             "CREATE INDEX ix_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops) "
-            "WITH (m = 16, ef_construction = 64) WHERE status = 'active'"
+            f"WITH (m = {int(m)}, ef_construction = {int(efc)}) WHERE status = 'active'"
         )
         results["hnsw_build_s"] = round(time.perf_counter() - started, 1)
         log(f"HNSW built in {results['hnsw_build_s']} s")
@@ -634,7 +635,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
     right.axhline(GOAL_RECALL, color="grey", ls="--", lw=1)
     right.set_xlabel("p50 latency, ms (SQL, 1 client)")
     right.set_ylabel("recall@10 vs exact")
-    right.set_title("Cross-scope HNSW (m=16, ef_construction=64)")
+    p = results["params"]
+    right.set_title(
+        f"Cross-scope HNSW (m={p.get('hnsw_m', 16)}, ef_construction={p.get('hnsw_ef_construction', 64)})"
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -655,6 +659,8 @@ if __name__ == "__main__":
     parser.add_argument("--cross-queries", type=int, default=200)
     parser.add_argument("--ef-search", type=int, nargs="+", default=[40, 100, 200, 400, 800])
     parser.add_argument("--service-ef-search", type=int, default=200)
+    parser.add_argument("--hnsw-m", type=int, default=16, help="as in migration 0002")
+    parser.add_argument("--hnsw-ef-construction", type=int, default=64, help="as in migration 0002")
     parser.add_argument(
         "--service-processes", type=int, default=2, help="API-like processes sharing the clients"
     )
