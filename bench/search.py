@@ -659,8 +659,8 @@ if __name__ == "__main__":
     parser.add_argument("--cross-queries", type=int, default=200)
     parser.add_argument("--ef-search", type=int, nargs="+", default=[40, 100, 200, 400, 800])
     parser.add_argument("--service-ef-search", type=int, default=200)
-    parser.add_argument("--hnsw-m", type=int, default=16, help="as in migration 0002")
-    parser.add_argument("--hnsw-ef-construction", type=int, default=64, help="as in migration 0002")
+    parser.add_argument("--hnsw-m", type=int, default=32, help="as in migration 0002")
+    parser.add_argument("--hnsw-ef-construction", type=int, default=128, help="as in migration 0002")
     parser.add_argument(
         "--service-processes", type=int, default=2, help="API-like processes sharing the clients"
     )

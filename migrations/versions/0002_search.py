@@ -41,7 +41,7 @@ def upgrade() -> None:
         ["embedding"],
         unique=False,
         postgresql_using="hnsw",
-        postgresql_with={"m": 16, "ef_construction": 64},
+        postgresql_with={"m": 32, "ef_construction": 128},
         postgresql_ops={"embedding": "vector_cosine_ops"},
         postgresql_where=sa.text("status = 'active'"),
     )

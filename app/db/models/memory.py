@@ -16,8 +16,8 @@ from app.db.base import Base, timestamp_column, uuid_pk
 MEMORY_STATUSES = ("active", "superseded", "deleted")
 MEMORY_OWNERS = ("user", "agent")
 # HNSW build parameters of the cross-scope index (migration 0002); docs/benchmarks.md has their figures.
-HNSW_M = 16
-HNSW_EF_CONSTRUCTION = 64
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 128
 
 
 class Memory(Base):
