@@ -58,7 +58,10 @@ bench: $(STAMP) ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/pipeline.py
+	$(BIN)/python bench/writer.py
 	$(BIN)/python bench/history.py
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python bench/search.py --json docs/search-benchmark.json --plot docs/search-benchmark.png
 
 .PHONY: clean
 clean: ## Remove the virtualenv, caches and the local data directory

@@ -17,7 +17,7 @@ import httpx
 import structlog
 import typer
 
-from app import cli_history
+from app import cli_history, cli_search
 from app.config import Settings, get_settings
 from app.lib.logging import configure_logging
 
@@ -284,6 +284,7 @@ def tenants_create(name: Annotated[str, typer.Argument(help="Unique tenant name.
 
 
 cli_history.register(cli)
+cli_search.register(cli)
 
 
 def main() -> None:

@@ -142,6 +142,33 @@ class Settings(BaseSettings):
     embedding_dim: int = Field(
         default=384, description="Vector dimension of memories; fixed by the initial migration."
     )
+    embedder_base_url: str = Field(
+        default="http://127.0.0.1:8002/v1", description="OpenAI-compatible endpoint of the openai embedder."
+    )
+    embedder_model: str = Field(
+        default="all-MiniLM-L6-v2",
+        description="Model name sent to the openai embedder, or the local embedder's model (name or path).",
+    )
+    embedder_api_key: str | None = Field(default=None, description="Bearer key for the embedder endpoint.")
+    embedder_batch_size: int = Field(default=64, description="Texts per embedding request.", ge=1)
+    embedder_timeout_s: float = Field(default=10.0, description="Longest one embedding request may take.")
+    embedder_max_retries: int = Field(
+        default=3, description="Retries of one embedding request on timeouts, 429 and 5xx (with backoff)."
+    )
+
+    # --- search ----------------------------------------------------------------------------
+    search_ef_search: int = Field(
+        default=200, description="hnsw.ef_search of approximate (HNSW) searches: recall against latency."
+    )
+    search_hnsw_min_scope: int = Field(
+        default=20_000,
+        description="Active memories above which a user's search uses the HNSW index instead of exact.",
+    )
+    search_pool: int = Field(
+        default=100, description="Candidates each ranking (vector, lexical) contributes before fusion."
+    )
+    search_rrf_k: int = Field(default=60, description="k of reciprocal rank fusion: 1 / (k + rank).", ge=1)
+    search_max_top_k: int = Field(default=100, description="Largest top_k a search may ask for.")
 
     # --- logging ---------------------------------------------------------------------------
     log_level: str = Field(default="INFO", description="Minimum log level.")

@@ -13,7 +13,7 @@ from app.config import Settings, get_settings
 from app.db.engine import create_engine
 from app.domain.ingest.services import PROCESS_SCOPE_JOB
 from app.domain.pipeline.services import PipelineDeps
-from app.embeddings import get_embedder
+from app.embeddings import embedder_from_settings
 from app.lib import metrics
 from app.lib.logging import configure_logging
 from app.lib.queue import QUEUE_NAME, redis_settings
@@ -41,7 +41,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         engine=ctx["engine"],
         settings=settings,
         writers=WriterRegistry(settings),
-        embedder=get_embedder(settings.embedder, settings.embedding_dim),
+        embedder=embedder_from_settings(settings),
         worker_name=ctx["worker_name"],
     )
     if settings.worker_metrics_port:

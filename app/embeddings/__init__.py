@@ -2,15 +2,42 @@
 
 from __future__ import annotations
 
+from app.config import Settings
 from app.embeddings.base import Embedder
 from app.embeddings.hashing import HashingEmbedder
 
-__all__ = ["Embedder", "HashingEmbedder", "get_embedder"]
+__all__ = ["Embedder", "HashingEmbedder", "embedder_from_settings", "get_embedder"]
+
+EMBEDDERS = ("hashing", "openai", "local")
+
+
+def embedder_from_settings(settings: Settings, name: str | None = None) -> Embedder:
+    """The embedder named `name` (default `MEMSTORE_EMBEDDER`) configured from `MEMSTORE_EMBEDDER_*`."""
+    name = name or settings.embedder
+    if name == "hashing":
+        return HashingEmbedder(settings.embedding_dim)
+    if name == "openai":
+        from app.embeddings.openai import OpenAIEmbedder
+
+        return OpenAIEmbedder(
+            settings.embedder_base_url,
+            settings.embedder_model,
+            settings.embedding_dim,
+            api_key=settings.embedder_api_key,
+            batch_size=settings.embedder_batch_size,
+            timeout_s=settings.embedder_timeout_s,
+            max_retries=settings.embedder_max_retries,
+        )
+    if name == "local":
+        from app.embeddings.local import LocalEmbedder
+
+        return LocalEmbedder(
+            settings.embedder_model, settings.embedding_dim, batch_size=settings.embedder_batch_size
+        )
+    msg = f"unknown embedder {name!r} (available: {', '.join(EMBEDDERS)})"
+    raise ValueError(msg)
 
 
 def get_embedder(name: str, dim: int) -> Embedder:
-    """The embedder configured by `MEMSTORE_EMBEDDER`."""
-    if name == "hashing":
-        return HashingEmbedder(dim)
-    msg = f"unknown embedder {name!r} (available: hashing)"
-    raise ValueError(msg)
+    """The embedder `name` with default endpoint settings and dimension `dim`."""
+    return embedder_from_settings(Settings(embedding_dim=dim), name)

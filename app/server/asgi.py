@@ -20,7 +20,10 @@ from app.domain.history.controllers import AdminHistoryController, AuditControll
 from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.controllers import ChunkController
 from app.domain.memories.controllers import MemoryController
+from app.domain.search.controllers import SearchController
+from app.domain.search.services import Searcher
 from app.domain.system.controllers import SystemController
+from app.embeddings import embedder_from_settings
 from app.lib.errors import EXCEPTION_HANDLERS
 from app.lib.logging import configure_logging
 from app.lib.queue import JobQueue, create_redis
@@ -36,6 +39,7 @@ ROUTE_HANDLERS = [
     MemoryController,
     AdminHistoryController,
     AuditController,
+    SearchController,
 ]
 
 
@@ -60,6 +64,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             job_queue=queue,
             key_resolver=KeyResolver(sessionmaker, settings.auth_cache_ttl_s),
             writers=WriterRegistry(settings),
+            searcher=Searcher(settings, embedder_from_settings(settings)),
             ingest_batcher=IngestBatcher(
                 sessionmaker, queue, max_chunks=settings.ingest_max_group, writers=settings.ingest_writers
             ),

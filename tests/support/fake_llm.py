@@ -1,4 +1,5 @@
-"""A fake memory-writer model server that speaks real HTTP in the OpenAI chat-completions shape.
+"""A fake memory-writer model server that speaks real HTTP in the OpenAI chat-completions shape
+(and `/v1/embeddings`, for the openai embedder).
 
 Tests and benchmarks point a writer at it exactly as at vLLM. It answers from a script of `Reply`s
 (consumed in order) and otherwise from a responder that speaks each profile's protocol well enough
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
+import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +111,12 @@ class FakeLLM:
         self.model = model
         self.script: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
+        # /v1/embeddings: scripted failures first, then vectors of `embedding_dim` from a hashing model
+        # (scaled, so clients must normalise), unless `embedding_dim` is changed to test a mismatch.
+        self.embedding_script: deque[Reply] = deque()
+        self.embedding_requests: list[dict[str, Any]] = []
+        self.embedding_dim = 384
+        self.embed_text: Callable[[str], list[float]] | None = None  # None: the hashing model
         self.in_flight = 0
         self.max_in_flight = 0
         self._server: uvicorn.Server | None = None
@@ -161,6 +170,29 @@ class FakeLLM:
                 json.dumps(payload).encode(), headers=reply.headers, media_type="application/json"
             )
 
+        @post("/v1/embeddings", status_code=200)
+        async def embeddings(request: Request[Any, Any, Any]) -> Response[bytes]:
+            from app.embeddings import HashingEmbedder
+
+            body = await request.json()
+            self.embedding_requests.append(body)
+            reply = self.embedding_script.popleft() if self.embedding_script else Reply()
+            await asyncio.sleep(self.latency_s if reply.delay_s is None else reply.delay_s)
+            if reply.body is not None or reply.status != 200:
+                raw = reply.body if reply.body is not None else b'{"error": {"message": "fake failure"}}'
+                return Response(
+                    raw, status_code=reply.status, headers=reply.headers, media_type="application/json"
+                )
+            embed_text = self.embed_text or HashingEmbedder(self.embedding_dim).embed_one
+            texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            data = [
+                {"object": "embedding", "index": i, "embedding": [3.0 * v for v in embed_text(t)]}
+                for i, t in enumerate(texts)
+            ]
+            data.reverse()  # servers may answer out of order; `index` says which is which
+            payload = {"object": "list", "data": data, "model": body.get("model", self.model)}
+            return Response(json.dumps(payload).encode(), media_type="application/json")
+
         @get("/v1/models")
         async def models() -> dict[str, Any]:
             return {"object": "list", "data": [{"id": self.model, "object": "model"}]}
@@ -182,7 +214,7 @@ class FakeLLM:
             self.max_in_flight = self.in_flight
             return figures
 
-        return Litestar([chat, models, peek, stats], debug=False)
+        return Litestar([chat, embeddings, models, peek, stats], debug=False)
 
     async def __aenter__(self) -> FakeLLM:
         config = uvicorn.Config(
@@ -202,6 +234,30 @@ class FakeLLM:
             await asyncio.sleep(0.01)
         self.port = self._server.servers[0].sockets[0].getsockname()[1]
         return self
+
+    @contextlib.contextmanager
+    def in_thread(self) -> Iterator[FakeLLM]:
+        """Serve from a thread of its own, for callers that block the test's event loop (the API under
+        `AsyncTestClient` calling the embedder)."""
+        started = threading.Event()
+        stop: list[asyncio.Event] = []
+
+        async def serve() -> None:
+            async with self:
+                stop.append(asyncio.Event())
+                started.set()
+                await stop[0].wait()
+
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+        thread.start()
+        started.wait(10)
+        try:
+            yield self
+        finally:
+            loop.call_soon_threadsafe(stop[0].set)
+            thread.join(10)
+            loop.close()
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None

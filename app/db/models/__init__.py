@@ -6,6 +6,7 @@ from app.db.models.api_key import ApiKey
 from app.db.models.audit_event import AuditEvent, AuditHead
 from app.db.models.changeset import Changeset
 from app.db.models.chunk import Chunk
+from app.db.models.embedding_config import EmbeddingConfig
 from app.db.models.memory import Memory
 from app.db.models.memory_version import MemoryVersion
 from app.db.models.scope import Scope
@@ -17,6 +18,7 @@ __all__ = [
     "AuditHead",
     "Changeset",
     "Chunk",
+    "EmbeddingConfig",
     "Memory",
     "MemoryVersion",
     "Scope",

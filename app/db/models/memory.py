@@ -15,6 +15,9 @@ from app.db.base import Base, timestamp_column, uuid_pk
 
 MEMORY_STATUSES = ("active", "superseded", "deleted")
 MEMORY_OWNERS = ("user", "agent")
+# HNSW build parameters of the cross-scope index (migration 0002); docs/benchmarks.md has their figures.
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 128
 
 
 class Memory(Base):
@@ -24,6 +27,23 @@ class Memory(Base):
     __table_args__ = (
         # Scoped reads and exact search walk this B-tree: a user's active memories, nothing else.
         Index("ix_memories_scope", "tenant_id", "user_id", "status"),
+        # Cross-scope and very large scopes: approximate search over current memories only, so
+        # superseded and deleted rows neither take graph slots nor come back from a scan.
+        Index(
+            "ix_memories_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_with={"m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+            postgresql_where=text("status = 'active'"),
+        ),
+        # Lexical half of hybrid search ('simple': names and numbers are kept as written).
+        Index(
+            "ix_memories_content_fts",
+            text("to_tsvector('simple'::regconfig, content)"),
+            postgresql_using="gin",
+            postgresql_where=text("status = 'active'"),
+        ),
         CheckConstraint(f"status IN {MEMORY_STATUSES!r}", name="status"),
         CheckConstraint(f"owner IN {MEMORY_OWNERS!r}", name="owner"),
     )

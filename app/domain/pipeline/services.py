@@ -23,10 +23,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.config import Settings
 from app.domain.audit.services import record_event
-from app.domain.memories.repositories import MemoryRepository
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
 from app.domain.pipeline.locks import ScopeLocks, scope_lock_key
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
+from app.domain.search.services import Searcher
 from app.embeddings import Embedder
 from app.lib import metrics
 from app.writers.base import Candidate, Message, Writer, WriteRequest, WriterError, WriteResult
@@ -50,14 +50,25 @@ class PipelineDeps:
     locks: ScopeLocks = field(init=False)
     # tenant -> (its default writer, when read); per-tenant defaults change rarely and may lag a little.
     _tenant_writers: dict[uuid.UUID, tuple[str | None, float]] = field(default_factory=dict)
+    _searcher: Searcher | None = None
+
+    @property
+    def searcher(self) -> Searcher:
+        """Candidate retrieval: the search clients use, with this process's embedder."""
+        if self._searcher is None:
+            self._searcher = Searcher(self.settings, self.embedder)
+        return self._searcher
 
     def __post_init__(self) -> None:
         self.locks = ScopeLocks(self.engine)
 
     async def aclose(self) -> None:
-        """Release the scope locks and close the writers' clients."""
+        """Release the scope locks and close the writers' and the embedder's clients."""
         await self.locks.aclose()
         await self.writers.aclose()
+        close = getattr(self.embedder, "aclose", None)  # only embedders over HTTP hold a client
+        if close is not None:
+            await close()
 
     @property
     def actor(self) -> str:
@@ -363,19 +374,22 @@ async def _build_request(
     candidates: list[Candidate] = []
     by_memory: dict[uuid.UUID, int] = {}
 
-    async def search(repo: MemoryRepository, queries: list[str]) -> tuple[Candidate, ...]:
+    async def search(session: AsyncSession, queries: list[str]) -> tuple[Candidate, ...]:
         found: list[Candidate] = []
-        for vector in await deps.embedder.embed([q for q in queries if q.strip()]):
-            nearest = await repo.nearest_active(
-                chunk.tenant_id, chunk.user_id, vector, settings.candidate_limit
-            )
-            for memory in nearest:
+        # The same search clients use (exact over the scope's active memories, vector ranking).
+        ranked = await deps.searcher.writer_candidates(
+            session, chunk.tenant_id, chunk.user_id, queries, settings.candidate_limit
+        )
+        for hits in ranked:
+            for memory in hits:
                 if memory.id not in by_memory:
                     local_id = len(shown)
                     by_memory[memory.id] = local_id
                     shown[local_id] = Shown(memory.id, memory.version)
                     candidates.append(
-                        Candidate(local_id, memory.content, memory.tags, memory.owner, memory.memory_at)
+                        Candidate(
+                            local_id, memory.content, tuple(memory.tags), memory.owner, memory.memory_at
+                        )
                     )
                 found.append(candidates[by_memory[memory.id]])
         return tuple(dict.fromkeys(found))
@@ -383,14 +397,14 @@ async def _build_request(
     async def find(queries: list[str]) -> tuple[Candidate, ...]:
         """More candidates, for writers that search after extracting; local ids stay stable."""
         async with AsyncSession(deps.engine, expire_on_commit=False) as search_session:
-            found = await search(MemoryRepository(search_session), queries)
+            found = await search(search_session, queries)
             await search_session.commit()
         return found
 
     user_text = "\n".join(m.content for m in messages if m.role == "user") or "\n".join(
         m.content for m in messages
     )
-    initial = await search(MemoryRepository(session), [user_text]) if initial_candidates else ()
+    initial = await search(session, [user_text]) if initial_candidates else ()
     request = WriteRequest(
         user_id=chunk.user_id,
         agent_id=chunk.agent_id,

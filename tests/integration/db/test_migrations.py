@@ -20,6 +20,7 @@ EXPECTED_TABLES = {
     "changesets",
     "audit_events",
     "audit_heads",
+    "embedding_config",
 }
 
 
@@ -55,4 +56,4 @@ async def test_upgrade_downgrade_upgrade_and_check(servers: Servers) -> None:
 
 
 def test_single_head() -> None:
-    assert migrate.head_revision() == "0001"
+    assert migrate.head_revision() == "0002"

@@ -1,0 +1,74 @@
+"""`memstore reembed`: move the stored vectors to the configured embedder (resumable, with progress)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.config import get_settings
+from app.lib.logging import configure_logging
+
+
+def register(cli: typer.Typer) -> None:
+    cli.command()(reembed)
+
+
+def reembed(
+    batch_size: Annotated[int, typer.Option(help="Memories embedded and committed per batch.", min=1)] = 256,
+    force: Annotated[
+        bool, typer.Option(help="Re-embed even if the stored vectors already come from this embedder.")
+    ] = False,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Embedded data directory, when no URL is set.")
+    ] = None,
+) -> None:
+    """Re-embed every memory with MEMSTORE_EMBEDDER; an interrupted run continues where it stopped."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from app.db.engine import create_engine, create_sessionmaker
+    from app.domain.search.reembed import ReembedError
+    from app.domain.search.reembed import reembed as run_reembed
+    from app.embeddings import embedder_from_settings
+    from app.lib.embedded import EmbeddedStack
+
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format, process="cli")
+    stack = EmbeddedStack(data_dir or settings.data_dir, settings.database_url, redis_url="unused")
+    database_url, _ = stack.start()
+    embedder = embedder_from_settings(settings)
+
+    async def run() -> None:
+        engine = create_engine(
+            settings.model_copy(update={"database_url": database_url}), application_name="memstore-reembed"
+        )
+        try:
+            with Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+            ) as bar:
+                task = bar.add_task(f"re-embedding with {embedder.name}", total=None)
+
+                def report(done: int, total: int) -> None:
+                    bar.update(task, completed=done, total=total)
+
+                outcome = await run_reembed(
+                    create_sessionmaker(engine), embedder, batch_size=batch_size, force=force, progress=report
+                )
+            if outcome.resumed_from and outcome.resumed_from < outcome.total:
+                typer.echo(f"resumed after {outcome.resumed_from} memories done by an earlier run", err=True)
+            typer.echo(f"{outcome.done} memories embedded by {outcome.embedder} (was {outcome.previous})")
+        finally:
+            await engine.dispose()
+
+    try:
+        asyncio.run(run())
+    except ReembedError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+    finally:
+        stack.stop()

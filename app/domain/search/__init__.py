@@ -1,0 +1,1 @@
+"""Search over memories: exact per scope, HNSW across scopes, lexical + vector fused, as of a time."""

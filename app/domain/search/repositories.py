@@ -1,0 +1,246 @@
+"""SQL of search: one statement per search, composed from fixed fragments by what the query needs.
+
+Three sources of rows:
+- the scope's active memories, exactly: the B-tree `ix_memories_scope` narrows to the scope and the
+  distance is computed for each row (100 % recall). The ORDER BY is `distance + 0` on purpose, so the
+  planner cannot answer it from the HNSW index instead;
+- active memories through the HNSW index `ix_memories_embedding_hnsw` (partial: current rows only),
+  for cross-scope searches and very large scopes; the caller sets `hnsw.ef_search` (and iterative
+  scans where pgvector has them) in the same transaction first. The user filter is written so the
+  B-tree is not used (`user_id || ''`): the point of this path is the index scan;
+- the bank as of a time: for each memory of the scope, its latest version at or before that time
+  (valid from its `created_at` until the next version's), kept if it was active then.
+
+Vector and lexical candidates are fused with reciprocal rank fusion: 1 / (k + rank) summed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, Literal
+
+from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+Source = Literal["exact", "hnsw", "as_of"]
+
+# The query vector, bound as text: Python's list repr is pgvector's input format, and much cheaper to
+# build than pgvector.sqlalchemy's element-by-element rendering (this is on every search's path).
+_QUERY = "CAST(:embedding AS vector)"
+
+_AS_OF_BANK = """
+bank AS (
+    SELECT v.memory_id AS id, v.tenant_id, v.user_id, m.agent_id, m.run_id, v.content, v.tags, v.owner,
+           v.memory_at, v.status, v.version,
+           -- the memory's current vector while the text is the same (it follows a re-embedding);
+           -- else the version's, or, for a version that changed no text, the last one written
+           CASE WHEN v.content = m.content THEN m.embedding ELSE coalesce(v.embedding, (
+               SELECT w.embedding FROM memory_versions w
+               WHERE w.memory_id = v.memory_id AND w.version < v.version AND w.embedding IS NOT NULL
+               ORDER BY w.version DESC LIMIT 1
+           )) END AS embedding,
+           m.created_at, v.created_at AS updated_at
+    FROM (
+        SELECT DISTINCT ON (memory_id) *
+        FROM memory_versions
+        WHERE tenant_id = :tenant_id {user_filter} AND created_at <= :as_of
+        ORDER BY memory_id, version DESC
+    ) v
+    JOIN memories m ON m.id = v.memory_id
+    WHERE v.status = 'active'
+)"""
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A memory found by a search, as it stands (or stood, with as_of), and how well it matched."""
+
+    id: uuid.UUID
+    user_id: str
+    agent_id: str | None
+    run_id: str | None
+    content: str
+    tags: list[str]
+    owner: str
+    status: str
+    version: int
+    memory_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    score: float
+    similarity: float | None
+
+
+@lru_cache(maxsize=256)
+def _statement(
+    source: Source,
+    vector: bool,
+    lexical: bool,
+    scoped: bool,
+    agent: bool,
+    tags: bool,
+    threshold: bool,
+) -> TextClause:
+    """The search statement for one combination of options (built once per combination)."""
+    ctes: list[str] = []
+    filters = []
+    if source == "as_of":
+        ctes.append(_AS_OF_BANK.format(user_filter="AND user_id = :user_id" if scoped else ""))
+        relation = "bank"
+    else:
+        relation = "memories"
+        filters.append("tenant_id = :tenant_id AND status = 'active'")
+        if scoped:
+            filters.append("user_id || '' = :user_id" if source == "hnsw" else "user_id = :user_id")
+    if agent:
+        filters.append("agent_id = :agent_id")
+    if tags:
+        filters.append("tags @> CAST(:tags AS text[])")
+    where = " AND ".join(filters) or "TRUE"
+
+    if vector:
+        distance = f"embedding <=> {_QUERY}" if source == "hnsw" else f"(embedding <=> {_QUERY}) + 0"
+        cut = f" AND embedding <=> {_QUERY} <= :max_distance" if threshold else ""
+        ctes.append(
+            f"""vec AS (
+    SELECT id, distance, row_number() OVER (ORDER BY distance) AS r FROM (
+        SELECT id, {distance} AS distance FROM {relation}
+        WHERE {where} AND embedding IS NOT NULL{cut}
+        ORDER BY {distance} LIMIT :pool
+    ) v
+)"""
+        )
+    if lexical:
+        document = "to_tsvector('simple'::regconfig, content)"
+        ctes.append(
+            f"""lex AS (
+    SELECT id, rank, row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
+        SELECT id, ts_rank_cd({document}, q) AS rank
+        FROM {relation}, to_tsquery('simple'::regconfig, :tsquery) q
+        WHERE {where} AND {document} @@ q
+        ORDER BY rank DESC LIMIT :pool
+    ) l
+)"""
+        )
+    if vector and lexical:
+        fused = """SELECT coalesce(vec.id, lex.id) AS id, vec.distance,
+           coalesce(1.0 / (:rrf_k + vec.r), 0) + coalesce(1.0 / (:rrf_k + lex.r), 0) AS score
+    FROM vec FULL OUTER JOIN lex ON lex.id = vec.id"""
+    elif vector:
+        fused = "SELECT id, distance, 1 - distance AS score FROM vec"
+    else:
+        fused = "SELECT id, NULL::float8 AS distance, rank AS score FROM lex"
+    ctes.append(f"found AS (\n    {fused}\n)")
+    sql = f"""WITH {", ".join(ctes)}
+SELECT b.id, b.user_id, b.agent_id, b.run_id, b.content, b.tags, b.owner, b.status, b.version,
+       b.memory_at, b.created_at, b.updated_at, found.score,
+       1 - coalesce(found.distance, b.embedding <=> {_QUERY}) AS similarity
+FROM found JOIN {relation} b ON b.id = found.id
+ORDER BY found.score DESC, found.distance NULLS LAST, b.created_at, b.id
+LIMIT :top_k"""
+    return text(sql)
+
+
+class SearchRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def vector_version(self) -> tuple[int, ...]:
+        """The installed pgvector version, e.g. (0, 8, 0)."""
+        raw = await self.session.scalar(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
+        return tuple(int(p) for p in str(raw or "0").split(".") if p.isdigit())
+
+    async def scope_reaches(self, tenant_id: uuid.UUID, user_id: str, size: int) -> bool:
+        """Whether the scope has at least `size` active memories (reads at most `size` index entries)."""
+        found = await self.session.scalar(
+            text(
+                "SELECT count(*) FROM (SELECT 1 FROM memories WHERE tenant_id = :tenant_id "
+                "AND user_id = :user_id AND status = 'active' LIMIT :size) s"
+            ),
+            {"tenant_id": tenant_id, "user_id": user_id, "size": size},
+        )
+        return int(found or 0) >= size
+
+    async def tune_hnsw(self, ef_search: int, *, iterative: bool) -> None:
+        """Search parameters of the HNSW index for the rest of this transaction.
+
+        A sequential scan is ruled out too: this path exists to walk the graph, and on a small or
+        freshly analysed table the planner would otherwise sort the whole tenant instead.
+        """
+        iterative_scan = ", set_config('hnsw.iterative_scan', 'relaxed_order', true)" if iterative else ""
+        await self.session.execute(
+            text(
+                "SELECT set_config('hnsw.ef_search', :ef, true), "
+                f"set_config('enable_seqscan', 'off', true){iterative_scan}"
+            ),
+            {"ef": str(ef_search)},
+        )
+
+    async def search(
+        self,
+        source: Source,
+        *,
+        tenant_id: uuid.UUID,
+        user_id: str | None,
+        embedding: list[float],
+        vector: bool,
+        tsquery: str | None,
+        top_k: int,
+        pool: int,
+        rrf_k: int,
+        threshold: float | None,
+        agent_id: str | None,
+        tags: Sequence[str],
+        as_of: datetime | None,
+    ) -> list[Hit]:
+        lexical = tsquery is not None
+        if not (vector or lexical):
+            return []
+        stmt = _statement(
+            source,
+            vector,
+            lexical,
+            user_id is not None,
+            agent_id is not None,
+            bool(tags),
+            threshold is not None,
+        )
+        params: dict[str, Any] = {
+            "tenant_id": tenant_id,
+            "user_id": user_id,
+            # Python's list repr is pgvector's text input format, and far cheaper to build than
+            # pgvector.sqlalchemy's element-by-element rendering (it is on every search's path).
+            "embedding": str(list(map(float, embedding))),
+            "tsquery": tsquery,
+            "top_k": top_k,
+            "pool": max(pool, top_k),
+            "rrf_k": rrf_k,
+            "max_distance": None if threshold is None else 1.0 - threshold,
+            "agent_id": agent_id,
+            "tags": list(tags),
+            "as_of": as_of,
+        }
+        rows = await self.session.execute(stmt, params)  # parameters a statement lacks are ignored
+        return [
+            Hit(
+                id=r.id,
+                user_id=r.user_id,
+                agent_id=r.agent_id,
+                run_id=r.run_id,
+                content=r.content,
+                tags=list(r.tags),
+                owner=r.owner,
+                status=r.status,
+                version=r.version,
+                memory_at=r.memory_at,
+                created_at=r.created_at,
+                updated_at=r.updated_at,
+                score=float(r.score),
+                similarity=None if r.similarity is None else float(r.similarity),
+            )
+            for r in rows
+        ]

@@ -1,0 +1,37 @@
+"""Bodies of `POST /v1/memories/search` (api.md, "Memories")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+from app.domain.memories.schemas import MemoryOut
+
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+SearchMode = Literal["hybrid", "vector", "lexical"]
+
+
+class SearchIn(msgspec.Struct, forbid_unknown_fields=True):
+    query: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
+    user_id: Id | None = None  # required unless all_users
+    top_k: Annotated[int, msgspec.Meta(ge=1)] = 10
+    # Least cosine similarity of a vector match; in hybrid mode a memory that shares words with the
+    # query is kept whatever its similarity.
+    threshold: Annotated[float, msgspec.Meta(ge=-1.0, le=1.0)] = 0.0
+    as_of: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+    agent_id: Id | None = None
+    tags: Annotated[list[Id], msgspec.Meta(max_length=50)] = msgspec.field(default_factory=list)
+    mode: SearchMode = "hybrid"
+    all_users: bool = False  # every user of the tenant (approximate, through the HNSW index)
+
+
+class SearchResult(msgspec.Struct):
+    memory: MemoryOut
+    score: float  # the ranking's score: cosine (vector), ts_rank_cd (lexical), fused RRF in 0..1 (hybrid)
+    similarity: float | None  # cosine similarity to the query (None: the memory has no vector)
+
+
+class SearchOut(msgspec.Struct):
+    results: list[SearchResult]

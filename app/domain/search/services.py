@@ -1,0 +1,243 @@
+"""Search: which index answers a query, the query's lexical form, and the embedder's record.
+
+- A user's search is exact (the scope's B-tree, a distance per active memory: 100 % recall) unless the
+  scope holds at least `search_hnsw_min_scope` active memories; then, and for `all_users`, the HNSW
+  index over current memories answers, with `hnsw.ef_search` set explicitly and pgvector's iterative
+  index scans (>= 0.8) where the server has them. Without them a filtered HNSW scan can come back
+  short, so a large scope whose HNSW answer is short is searched exactly instead.
+- `as_of` searches the scope's versions valid at that time, exactly.
+- Hybrid mode fuses the vector ranking with Postgres full-text ranking (reciprocal rank fusion), so
+  names and numbers the embedder does not capture are still found.
+
+The writer's candidates come from here too (`writer_candidates`), so what the writer is shown and what
+a client finds are ranked by the same code.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import structlog
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.config import Settings
+from app.db.models import EmbeddingConfig
+from app.domain.search.repositories import Hit, SearchRepository, Source
+from app.domain.search.schemas import SearchMode
+from app.embeddings import Embedder
+from app.embeddings.openai import EmbeddingError
+from app.lib.errors import RETRY_AFTER_S, ApiError
+
+log = structlog.get_logger(__name__)
+
+ITERATIVE_SCAN_VERSION = (0, 8, 0)
+_SCOPE_SIZE_TTL_S = 60.0
+_SCOPE_SIZE_CACHE_MAX = 100_000
+_MAX_QUERY_WORDS = 64
+_WORD = re.compile(r"[^\W_]+")
+# Words that match nearly every memory; leaving them out keeps the lexical ranking about the content.
+_STOPWORDS = frozenset(
+    """
+    a an the and or but of to in on at for with by from is am are was were be been being it its this that
+    these those as so if then than too very can will just do does did i me my we our you your what which
+    who whom when where why how user users
+    """.split()  # noqa: SIM905  (one word list reads better than sixty quoted strings)
+)
+
+
+def lexical_query(text: str) -> str | None:
+    """The query's words as an OR tsquery ('lyon | 1987'), or None when it has no content words."""
+    words = [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+    unique = list(dict.fromkeys(words))[:_MAX_QUERY_WORDS]
+    return " | ".join(unique) if unique else None
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    """One search (api.md `POST /v1/memories/search`)."""
+
+    query: str
+    user_id: str | None
+    top_k: int = 10
+    threshold: float | None = 0.0
+    as_of: datetime | None = None
+    agent_id: str | None = None
+    tags: tuple[str, ...] = ()
+    mode: SearchMode = "hybrid"
+    all_users: bool = False
+
+
+class EmbedderMismatchError(ApiError):
+    status_code = 409
+    code = "embedder_mismatch"
+
+
+@dataclass
+class Searcher:
+    """Search for one process: settings, the embedder, and what it learnt about the database."""
+
+    settings: Settings
+    embedder: Embedder
+    _iterative_scan: bool | None = None
+    _embedder_checked: bool = False
+    # (tenant, user) -> (is the scope large, when that was read)
+    _large_scopes: dict[tuple[uuid.UUID, str], tuple[bool, float]] = field(default_factory=dict)
+
+    async def search(self, session: AsyncSession, tenant_id: uuid.UUID, query: SearchQuery) -> list[Hit]:
+        """The best `top_k` memories for `query`, best first."""
+        if query.user_id is None and not query.all_users:
+            raise ApiError(
+                "user_id is required unless all_users is true",
+                code="validation_error",
+                status_code=422,
+                details={"user_id": "required"},
+            )
+        if query.top_k > self.settings.search_max_top_k:
+            raise ApiError(
+                f"top_k is at most {self.settings.search_max_top_k}",
+                code="validation_error",
+                status_code=422,
+                details={"top_k": f"at most {self.settings.search_max_top_k}"},
+            )
+        await self.check_embedder(session)
+        try:
+            [embedding] = await self.embedder.embed([query.query])
+        except EmbeddingError as exc:
+            raise ApiError(
+                "the embedding model is unavailable",
+                code="unavailable",
+                status_code=503,
+                details={"embedder": str(exc)[:200]},
+                headers={"Retry-After": RETRY_AFTER_S},
+            ) from exc
+        user_id = None if query.all_users else query.user_id
+        return await self._run(session, tenant_id, user_id, embedding, query)
+
+    async def writer_candidates(
+        self, session: AsyncSession, tenant_id: uuid.UUID, user_id: str, texts: Sequence[str], limit: int
+    ) -> list[list[Hit]]:
+        """For each text, the scope's nearest active memories (vector ranking, no threshold)."""
+        texts = [t for t in texts if t.strip()]
+        if not texts:
+            return []
+        await self.check_embedder(session)
+        found = []
+        for text_, embedding in zip(texts, await self.embedder.embed(list(texts)), strict=True):
+            query = SearchQuery(text_, user_id, top_k=limit, threshold=None, mode="vector")
+            found.append(await self._run(session, tenant_id, user_id, embedding, query))
+        return found
+
+    async def _run(
+        self,
+        session: AsyncSession,
+        tenant_id: uuid.UUID,
+        user_id: str | None,
+        embedding: list[float],
+        query: SearchQuery,
+    ) -> list[Hit]:
+        repo = SearchRepository(session)
+        source: Source
+        if query.as_of is not None:
+            source = "as_of"
+        elif user_id is None or await self._large_scope(repo, tenant_id, user_id):
+            source = "hnsw"
+        else:
+            source = "exact"
+        vector = query.mode != "lexical"
+        if source == "hnsw" and vector:
+            await repo.tune_hnsw(
+                max(self.settings.search_ef_search, self.settings.search_pool, query.top_k),
+                iterative=await self._has_iterative_scan(repo),
+            )
+        hits = await self._fetch(repo, source, tenant_id, user_id, embedding, vector, query)
+        if source == "hnsw" and user_id is not None and len(hits) < query.top_k:
+            # A filtered graph scan can run out before it finds top_k rows of the scope; exact cannot.
+            hits = await self._fetch(repo, "exact", tenant_id, user_id, embedding, vector, query)
+        return hits
+
+    async def _fetch(
+        self,
+        repo: SearchRepository,
+        source: Source,
+        tenant_id: uuid.UUID,
+        user_id: str | None,
+        embedding: list[float],
+        vector: bool,
+        query: SearchQuery,
+    ) -> list[Hit]:
+        tsquery = lexical_query(query.query) if query.mode != "vector" else None
+        hits = await repo.search(
+            source,
+            tenant_id=tenant_id,
+            user_id=user_id,
+            embedding=embedding,
+            vector=vector,
+            tsquery=tsquery,
+            top_k=query.top_k,
+            pool=self.settings.search_pool,
+            rrf_k=self.settings.search_rrf_k,
+            threshold=query.threshold if vector else None,
+            agent_id=query.agent_id,
+            tags=query.tags,
+            as_of=query.as_of,
+        )
+        if vector and tsquery is not None:
+            # The fused score as a share of the best possible (first in both rankings).
+            best = 2.0 / (self.settings.search_rrf_k + 1)
+            hits = [_rescored(h, h.score / best) for h in hits]
+        return hits
+
+    async def _large_scope(self, repo: SearchRepository, tenant_id: uuid.UUID, user_id: str) -> bool:
+        key = (tenant_id, user_id)
+        cached = self._large_scopes.get(key)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < _SCOPE_SIZE_TTL_S:
+            return cached[0]
+        large = await repo.scope_reaches(tenant_id, user_id, self.settings.search_hnsw_min_scope)
+        if len(self._large_scopes) >= _SCOPE_SIZE_CACHE_MAX:
+            self._large_scopes.clear()
+        self._large_scopes[key] = (large, now)
+        return large
+
+    async def _has_iterative_scan(self, repo: SearchRepository) -> bool:
+        if self._iterative_scan is None:
+            version = await repo.vector_version()
+            self._iterative_scan = version >= ITERATIVE_SCAN_VERSION
+            log.info("search.pgvector", version=".".join(map(str, version)), iterative=self._iterative_scan)
+        return self._iterative_scan
+
+    async def check_embedder(self, session: AsyncSession) -> None:
+        """Record the embedder on first use; refuse to mix vectors of another one."""
+        if self._embedder_checked:
+            return
+        await record_embedder(session, self.embedder)
+        self._embedder_checked = True
+
+
+async def record_embedder(session: AsyncSession, embedder: Embedder) -> EmbeddingConfig:
+    """The stored embedder record (created for `embedder` if there is none); raises on a mismatch."""
+    await session.execute(
+        insert(EmbeddingConfig)
+        .values(id=1, name=embedder.name, dim=embedder.dim)
+        .on_conflict_do_nothing(index_elements=["id"])
+    )
+    config = await session.scalar(select(EmbeddingConfig).where(EmbeddingConfig.id == 1))
+    assert config is not None
+    if embedder.name not in {config.name, config.target_name}:
+        msg = (
+            f"the stored vectors were made by embedder {config.name!r}, not the configured "
+            f"{embedder.name!r}; run `memstore reembed` to re-embed them"
+        )
+        raise EmbedderMismatchError(msg, details={"stored": config.name, "configured": embedder.name})
+    return config
+
+
+def _rescored(hit: Hit, score: float) -> Hit:
+    return Hit(**{**hit.__dict__, "score": score})

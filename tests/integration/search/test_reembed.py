@@ -1,0 +1,117 @@
+"""Changing embedder: searches with the new one are refused until `memstore reembed` has moved the
+stored vectors; a re-embedding interrupted half-way resumes where it stopped."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from litestar.testing import AsyncTestClient
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.models import EmbeddingConfig, Memory
+from app.domain.search.reembed import ReembedError, reembed
+from app.domain.search.services import record_embedder
+from app.embeddings import HashingEmbedder
+from app.embeddings.openai import OpenAIEmbedder
+from app.server.asgi import create_app
+from tests.conftest import TenantKeys
+from tests.integration.search.test_search import add
+
+HASHING = HashingEmbedder(384)
+CONTENTS = [f"The user collects {kind} stamps." for kind in ("French", "Dutch", "Czech", "Greek", "Irish")]
+
+
+def reversed_model(text: str) -> list[float]:
+    """Another model: the same texts land elsewhere."""
+    return HASHING.embed_one(" ".join(reversed(text.split())) + " v2")
+
+
+async def config(sessionmaker: async_sessionmaker[AsyncSession]) -> EmbeddingConfig:
+    async with sessionmaker() as session:
+        row = await session.scalar(select(EmbeddingConfig))
+    assert row is not None
+    return row
+
+
+async def test_reembed_is_required_resumable_and_complete(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    from tests.support.fake_llm import FakeLLM
+
+    await add(sessionmaker, tenant.tenant_id, "u", CONTENTS)
+    async with sessionmaker() as session, session.begin():
+        await record_embedder(session, HASHING)
+
+    with FakeLLM().in_thread() as server:
+        server.embed_text = reversed_model
+        new_settings = settings.model_copy(
+            update={"embedder": "openai", "embedder_base_url": server.base_url}
+        )
+        body = {"user_id": "u", "query": "stamps"}
+        async with AsyncTestClient(app=create_app(new_settings, configure_logs=False)) as client:
+            response = await client.post("/v1/memories/search", json=body, headers=tenant.admin)
+            assert response.status_code == 409
+            assert response.json()["error"]["code"] == "embedder_mismatch"
+
+        embedder = OpenAIEmbedder(server.base_url, "all-MiniLM-L6-v2", 384)
+        seen: list[tuple[int, int]] = []
+        partial = await reembed(
+            sessionmaker, embedder, batch_size=2, max_batches=1, progress=lambda d, t: seen.append((d, t))
+        )
+        assert (partial.finished, partial.done, partial.total) == (False, 2, 5)
+        state = await config(sessionmaker)
+        assert (state.name, state.target_name) == (HASHING.name, embedder.name)
+        assert state.cursor is not None
+
+        done = await reembed(sessionmaker, embedder, batch_size=2, progress=lambda d, t: seen.append((d, t)))
+        assert (done.finished, done.resumed_from, done.done, done.previous) == (True, 2, 5, HASHING.name)
+        assert seen == [(0, 5), (2, 5), (2, 5), (4, 5), (5, 5)]
+        state = await config(sessionmaker)
+        assert (state.name, state.target_name, state.cursor) == (embedder.name, None, None)
+
+        async with sessionmaker() as session:
+            memories = (await session.scalars(select(Memory))).all()
+        for memory in memories:
+            assert memory.embedding is not None
+            want = reversed_model(memory.content)
+            assert all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(memory.embedding, want, strict=True))
+
+        async with AsyncTestClient(app=create_app(new_settings, configure_logs=False)) as client:
+            response = await client.post("/v1/memories/search", json=body, headers=tenant.admin)
+            assert response.status_code == 200
+            assert len(response.json()["results"]) == 5
+
+        again = await reembed(sessionmaker, embedder)
+        assert again.finished
+        assert again.resumed_from == again.total  # nothing left to do
+
+
+async def test_reembed_refuses_another_dimension(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    await add(sessionmaker, tenant.tenant_id, "u", CONTENTS[:1])
+    async with sessionmaker() as session, session.begin():
+        await record_embedder(session, HASHING)
+    with pytest.raises(ReembedError, match="768-dimensional"):
+        await reembed(sessionmaker, HashingEmbedder(768))
+    assert (await config(sessionmaker)).name == HASHING.name
+
+
+def test_the_command_reembeds(database_url: str) -> None:
+    env = {**os.environ, "MEMSTORE_DATABASE_URL": database_url, "MEMSTORE_LOG_FORMAT": "console"}
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "reembed", "--batch-size", "10"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "0 memories embedded by hashing-v1-384" in result.stdout
