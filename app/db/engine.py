@@ -7,8 +7,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.config import Settings
 
 
-def create_engine(settings: Settings, application_name: str) -> AsyncEngine:
-    """An asyncpg engine tagged with `application_name`, so `pg_stat_activity` shows who is connected."""
+def create_engine(settings: Settings, application_name: str, *, pre_ping: bool = True) -> AsyncEngine:
+    """An asyncpg engine tagged with `application_name`, so `pg_stat_activity` shows who is connected.
+
+    `pre_ping` checks each connection as it leaves the pool (a round trip), so one that died with a
+    Postgres restart is replaced instead of failing a request. Workers go without: they borrow a
+    connection several times per chunk, and a job that meets a dead one is retried, the disconnect
+    having made the pool replace every connection older than it.
+    """
     if settings.database_url is None:
         msg = "MEMSTORE_DATABASE_URL is not set (run `memstore up` for the embedded stack)"
         raise RuntimeError(msg)
@@ -16,8 +22,7 @@ def create_engine(settings: Settings, application_name: str) -> AsyncEngine:
         settings.database_url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
-        # Connections that died with a Postgres restart are replaced instead of failing a request.
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         connect_args={
             "server_settings": {"application_name": application_name},
             "timeout": settings.db_connect_timeout_s,
