@@ -3,13 +3,42 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Protocol
 
 import msgspec
 
-from app.db.models import Memory, MemoryVersion
-from app.domain.memories.repositories import MemoryAsOf
+from app.db.models import MemoryVersion
+
+
+class MemoryFields(Protocol):
+    """What a memory's answer is made of: a `Memory`, a memory as of a time, a search hit."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def agent_id(self) -> str | None: ...
+    @property
+    def run_id(self) -> str | None: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def tags(self) -> Sequence[str]: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def memory_at(self) -> datetime | None: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def updated_at(self) -> datetime: ...
 
 
 class MemoryOut(msgspec.Struct):
@@ -27,7 +56,7 @@ class MemoryOut(msgspec.Struct):
     updated_at: datetime
 
     @classmethod
-    def of(cls, m: Memory | MemoryAsOf) -> MemoryOut:
+    def of(cls, m: MemoryFields) -> MemoryOut:
         return cls(
             id=m.id,
             user_id=m.user_id,

@@ -19,21 +19,7 @@ from app.domain.search.services import Searcher, SearchQuery
 
 
 def _result(hit: Hit) -> SearchResult:
-    memory = MemoryOut(
-        id=hit.id,
-        user_id=hit.user_id,
-        agent_id=hit.agent_id,
-        run_id=hit.run_id,
-        content=hit.content,
-        tags=hit.tags,
-        owner=hit.owner,
-        status=hit.status,
-        version=hit.version,
-        memory_at=hit.memory_at,
-        created_at=hit.created_at,
-        updated_at=hit.updated_at,
-    )
-    return SearchResult(memory=memory, score=hit.score, similarity=hit.similarity)
+    return SearchResult(memory=MemoryOut.of(hit), score=hit.score, similarity=hit.similarity)
 
 
 class SearchController(Controller):
