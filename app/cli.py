@@ -211,16 +211,12 @@ def migrate(
 ) -> None:
     """Upgrade the schema (the embedded database when MEMSTORE_DATABASE_URL is unset)."""
     from app.db.migrate import upgrade
-    from app.lib.embedded import EmbeddedStack
+    from app.lib.embedded import database_only
 
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format, process="cli")
-    stack = EmbeddedStack(data_dir or settings.data_dir, settings.database_url, redis_url="unused")
-    database_url, _ = stack.start()
-    try:
+    with database_only(data_dir or settings.data_dir, settings.database_url) as database_url:
         upgrade(database_url, revision)
-    finally:
-        stack.stop()
 
 
 @cli.command(name="exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -32,15 +32,13 @@ def reembed(
     from app.domain.search.reembed import ReembedError
     from app.domain.search.reembed import reembed as run_reembed
     from app.embeddings import embedder_from_settings
-    from app.lib.embedded import EmbeddedStack
+    from app.lib.embedded import database_only
 
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format, process="cli")
-    stack = EmbeddedStack(data_dir or settings.data_dir, settings.database_url, redis_url="unused")
-    database_url, _ = stack.start()
     embedder = embedder_from_settings(settings)
 
-    async def run() -> None:
+    async def run(database_url: str) -> None:
         engine = create_engine(
             settings.model_copy(update={"database_url": database_url}), application_name="memstore-reembed"
         )
@@ -65,10 +63,9 @@ def reembed(
         finally:
             await engine.dispose()
 
-    try:
-        asyncio.run(run())
-    except ReembedError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(1) from exc
-    finally:
-        stack.stop()
+    with database_only(data_dir or settings.data_dir, settings.database_url) as database_url:
+        try:
+            asyncio.run(run(database_url))
+        except ReembedError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(1) from exc

@@ -16,7 +16,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -324,3 +324,15 @@ class EmbeddedStack:
             self.redis.stop()
         if self.postgres is not None:
             self.postgres.stop()
+
+
+@contextlib.contextmanager
+def database_only(data_dir: Path, database_url: str | None) -> Iterator[str]:
+    """The database a one-off command works on: `database_url`, or the embedded Postgres under
+    `data_dir`, started for the command and stopped after it."""
+    stack = EmbeddedStack(data_dir, database_url, redis_url="unused")
+    url, _ = stack.start()
+    try:
+        yield url
+    finally:
+        stack.stop()
