@@ -33,12 +33,6 @@ CHANGESETS = cast("Table", Changeset.__table__)
 _m = MEMORIES.c
 _STATE = (_m.id, _m.version, _m.status, _m.content, _m.tags, _m.owner, _m.memory_at)
 _SCOPE = (_m.tenant_id == bindparam("tenant_id"), _m.user_id == bindparam("user_id"))
-_NEAREST_ACTIVE = (
-    select(*_STATE)
-    .where(*_SCOPE, _m.status == "active")
-    .order_by(_m.embedding.cosine_distance(bindparam("embedding", type_=_m.embedding.type)), _m.created_at)
-    .limit(bindparam("limit"))
-)
 _LOCK_STATES = (
     select(*_STATE)
     .where(*_SCOPE, _m.id.in_(bindparam("ids", expanding=True)))
@@ -279,17 +273,6 @@ class MemoryRepository:
         """Each memory of the scope that existed at `as_of`, with the version then in force."""
         rows = await self.session.execute(versions_as_of_query(tenant_id, user_id, as_of))
         return {r.memory_id: VersionState.of(r) for r in rows}
-
-    async def nearest_active(
-        self, tenant_id: uuid.UUID, user_id: str, embedding: list[float], limit: int
-    ) -> list[MemoryState]:
-        """Exact nearest neighbours (cosine) among the scope's active memories."""
-        params = {"tenant_id": tenant_id, "user_id": user_id, "embedding": embedding, "limit": limit}
-        rows = await self.session.execute(_NEAREST_ACTIVE, params)
-        return [
-            MemoryState(r.id, r.version, r.status, r.content, tuple(r.tags), r.owner, r.memory_at)
-            for r in rows
-        ]
 
     async def closest_active(
         self, tenant_id: uuid.UUID, user_id: str, vectors: Sequence[list[float]]
