@@ -277,7 +277,13 @@ class MemoryRepository:
     async def closest_active(
         self, tenant_id: uuid.UUID, user_id: str, vectors: Sequence[list[float]]
     ) -> list[tuple[uuid.UUID, float] | None]:
-        """For each vector, the scope's most similar active memory and its cosine similarity (one query)."""
+        """For each vector, the scope's most similar active memory and its cosine similarity (one query).
+
+        Exact, like the search's per-scope route: ordering by `distance + 0` keeps the planner on the
+        scope's B-tree. Ordered by the bare distance, it may walk the tenant-wide HNSW graph looking
+        for this user's rows instead — slower, and a filtered graph walk can come back empty, so a
+        duplicate would go unnoticed.
+        """
         if not vectors:
             return []
         parts = []
@@ -286,7 +292,7 @@ class MemoryRepository:
             parts.append(
                 select(literal(i).label("ord"), _m.id, distance.label("distance"))
                 .where(_m.tenant_id == tenant_id, _m.user_id == user_id, _m.status == "active")
-                .order_by(distance)
+                .order_by(distance + 0)
                 .limit(1)
                 .subquery()
             )
