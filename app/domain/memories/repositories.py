@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    CompoundSelect,
     Select,
     Table,
     bindparam,
@@ -185,6 +186,23 @@ def effective_embedding(memory_id: Any, version: Any) -> Any:
     )
 
 
+def closest_active_query(
+    tenant_id: uuid.UUID, user_id: str, vectors: Sequence[list[float]]
+) -> CompoundSelect[Any]:
+    """`closest_active`'s statement: per vector, the scope's nearest active memory (exact)."""
+    parts = []
+    for i, vector in enumerate(vectors):
+        distance = _m.embedding.cosine_distance(bindparam(f"p_v{i}", vector, type_=_m.embedding.type))
+        parts.append(
+            select(literal(i).label("ord"), _m.id, distance.label("distance"))
+            .where(_m.tenant_id == tenant_id, _m.user_id == user_id, _m.status == "active")
+            .order_by(distance + 0)
+            .limit(1)
+            .subquery()
+        )
+    return union_all(*(select(p) for p in parts))
+
+
 class MemoryRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
@@ -286,17 +304,7 @@ class MemoryRepository:
         """
         if not vectors:
             return []
-        parts = []
-        for i, vector in enumerate(vectors):
-            distance = _m.embedding.cosine_distance(bindparam(f"p_v{i}", vector, type_=_m.embedding.type))
-            parts.append(
-                select(literal(i).label("ord"), _m.id, distance.label("distance"))
-                .where(_m.tenant_id == tenant_id, _m.user_id == user_id, _m.status == "active")
-                .order_by(distance + 0)
-                .limit(1)
-                .subquery()
-            )
-        rows = await self.session.execute(union_all(*(select(p) for p in parts)))
+        rows = await self.session.execute(closest_active_query(tenant_id, user_id, vectors))
         found: list[tuple[uuid.UUID, float] | None] = [None] * len(vectors)
         for ord_, memory_id, distance in rows:
             found[ord_] = (memory_id, 1.0 - float(distance))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, text
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import Changeset, Memory
+from app.domain.memories.repositories import MemoryRepository, closest_active_query
 from app.domain.memories.services import Provenance, Shown, apply_ops
 from app.embeddings import HashingEmbedder
 from app.writers.base import Op, OpKind
@@ -116,3 +118,39 @@ async def test_stale_target_and_newer_update(
     )
     assert [g["guard"] for g in guards] == ["stale_target"]
     assert (await _memory(sessionmaker, "The user mainly uses Rust.")).status == "active"
+
+
+async def test_duplicate_check_is_exact_even_when_other_users_crowd_the_vector_index(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    """Other users hold 300 memories closer to the text than anything of this user: a filtered walk
+    of the tenant-wide HNSW graph (ef_search 40) finds none of this user's rows. The check is planned
+    on the scope (never on that graph), even when an ordered index scan looks cheapest, and finds the
+    user's own nearest memory."""
+    crowded = "The user likes green apples."
+    async with sessionmaker() as session, session.begin():
+        for i in range(300):
+            await apply_ops(
+                session,
+                tenant_id=tenant.tenant_id,
+                user_id=f"other-{i}",
+                ops=[Op(OpKind.ADD, f"{crowded} Batch {i}.")],  # distinct vectors, all near the text
+                shown={},
+                provenance=PROVENANCE,
+                embedder=EMBEDDER,
+            )
+    await _apply(sessionmaker, tenant, [Op(OpKind.ADD, "The user plays the cello on Sundays.")])
+    own = await _memory(sessionmaker, "The user plays the cello on Sundays.")
+    [vector] = await EMBEDDER.embed([crowded])
+    statement = closest_active_query(tenant.tenant_id, "u", [vector])
+    sql = str(statement.compile(dialect=postgresql.asyncpg.dialect(), compile_kwargs={"literal_binds": True}))
+    async with sessionmaker() as session, session.begin():
+        # Make an index that returns rows already in distance order look cheapest, as a planner with
+        # a large table may well judge it.
+        await session.execute(text("SET LOCAL enable_seqscan = off"))
+        await session.execute(text("SET LOCAL enable_sort = off"))
+        plan = "\n".join((await session.execute(text(f"EXPLAIN {sql}"))).scalars())
+        [found] = await MemoryRepository(session).closest_active(tenant.tenant_id, "u", [vector])
+    assert "ix_memories_embedding_hnsw" not in plan
+    assert found is not None
+    assert found[0] == own.id
