@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 import msgspec
 
-from app.db.models import AuditEvent, Changeset
-from app.domain.history.services import UndoResult
+from app.lib.schemas import Out
 
 Reason = Annotated[str, msgspec.Meta(max_length=2_000)]
 Moment = Annotated[datetime, msgspec.Meta(tz=True)]
@@ -45,7 +44,7 @@ class BulkRevertIn(msgspec.Struct, forbid_unknown_fields=True):
     reason: Reason | None = None
 
 
-class DiffOut(msgspec.Struct):
+class DiffOut(Out):
     """api.md's diff object; `changeset_ids` / `reverted` also name every changeset written / undone."""
 
     changeset_id: uuid.UUID | None
@@ -55,19 +54,8 @@ class DiffOut(msgspec.Struct):
     changeset_ids: list[uuid.UUID]
     reverted: list[uuid.UUID]
 
-    @classmethod
-    def of(cls, result: UndoResult) -> DiffOut:
-        return cls(
-            changeset_id=result.changeset_id,
-            diff=result.diff,
-            conflicts=result.conflicts,
-            dry_run=result.dry_run,
-            changeset_ids=result.changeset_ids,
-            reverted=result.reverted,
-        )
 
-
-class ChangesetOut(msgspec.Struct):
+class ChangesetOut(Out):
     id: uuid.UUID
     user_id: str
     kind: str
@@ -87,26 +75,12 @@ class ChangesetOut(msgspec.Struct):
     raw_output: str | None = None
 
     @classmethod
-    def of(cls, c: Changeset, *, raw: bool = False) -> ChangesetOut:
-        return cls(
-            id=c.id,
-            user_id=c.user_id,
-            kind=c.kind,
-            chunk_id=c.chunk_id,
-            writer=c.writer,
-            model=c.model,
-            profile=c.profile,
-            prompt_hash=c.prompt_hash,
-            status=c.status,
-            ops=c.ops,
-            guards=c.guards,
-            usage=c.usage,
-            target=c.target,
-            reason=c.reason,
-            created_at=c.created_at,
-            actor=c.actor,
-            raw_output=c.raw_output if raw else None,
-        )
+    def of(cls, obj: object, *, raw: bool = False) -> Self:
+        """The changeset; its raw writer output only when asked (reading it is an audited act)."""
+        out = super().of(obj)
+        if not raw:
+            out.raw_output = None
+        return out
 
 
 class ChangesetList(msgspec.Struct):
@@ -133,7 +107,7 @@ class PurgeOut(msgspec.Struct):
     dry_run: bool = False
 
 
-class AuditEventOut(msgspec.Struct):
+class AuditEventOut(Out):
     id: int
     seq: int | None
     actor: str
@@ -145,22 +119,6 @@ class AuditEventOut(msgspec.Struct):
     created_at: datetime
     prev_hash: str | None
     hash: str | None
-
-    @classmethod
-    def of(cls, e: AuditEvent) -> AuditEventOut:
-        return cls(
-            id=e.id,
-            seq=e.seq,
-            actor=e.actor,
-            action=e.action,
-            target_type=e.target_type,
-            target_id=e.target_id,
-            request_id=e.request_id,
-            summary=e.summary,
-            created_at=e.created_at,
-            prev_hash=e.prev_hash,
-            hash=e.hash,
-        )
 
 
 class AuditList(msgspec.Struct):
