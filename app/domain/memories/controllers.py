@@ -7,7 +7,6 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from litestar import Controller, Request, delete, get, patch
-from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK
@@ -23,17 +22,6 @@ from app.domain.memories.schemas import (
     MemoryPatch,
     VersionOut,
 )
-from app.embeddings import Embedder, get_embedder
-
-
-def embedder_of(state: State) -> Embedder:
-    """The process's embedder, built on first use and kept on the app state."""
-    embedder: Embedder | None = state.get("embedder")
-    if embedder is None:
-        settings = state.settings
-        embedder = get_embedder(settings.embedder, settings.embedding_dim)
-        state.embedder = embedder
-    return embedder
 
 
 class MemoryController(Controller):
@@ -108,7 +96,7 @@ class MemoryController(Controller):
             reason=data.reason,
             actor=request.user.actor,
             request_id=request.state.get("request_id"),
-            embedder=embedder_of(request.app.state),
+            embedder=request.app.state.searcher.embedder,  # the configured one
             limits=services.ApplyLimits(max_chars=request.app.state.settings.max_memory_chars),
         )
         return MemoryOut.of(memory)
@@ -133,6 +121,6 @@ class MemoryController(Controller):
             reason=reason,
             actor=request.user.actor,
             request_id=request.state.get("request_id"),
-            embedder=embedder_of(request.app.state),
+            embedder=request.app.state.searcher.embedder,  # the configured one
         )
         return MemoryOut.of(memory)

@@ -10,7 +10,6 @@ from typing import Any, cast
 
 from sqlalchemy import (
     CompoundSelect,
-    Select,
     Table,
     bindparam,
     func,
@@ -163,16 +162,6 @@ def in_force_at(as_of: datetime) -> Any:
     )
 
 
-def versions_as_of_query(tenant_id: uuid.UUID, user_id: str, as_of: datetime) -> Select[Any]:
-    """Per memory of the scope, the version in force at `as_of`."""
-    heads = in_force_at(as_of)
-    return (
-        select(*heads.c)
-        .select_from(MEMORIES.join(heads, true()))
-        .where(_m.tenant_id == tenant_id, _m.user_id == user_id)
-    )
-
-
 def effective_embedding(memory_id: Any, version: Any) -> Any:
     """The vector in force at a version: its own, or the latest earlier one (DELETE and SUPERSEDE
     versions do not repeat the vector)."""
@@ -284,13 +273,6 @@ class MemoryRepository:
             stmt = stmt.limit(limit)
         rows = await self.session.execute(stmt)
         return [MemoryAsOf(row[0], tenant_id, *row[1:]) for row in rows]
-
-    async def versions_as_of(
-        self, tenant_id: uuid.UUID, user_id: str, as_of: datetime
-    ) -> dict[uuid.UUID, VersionState]:
-        """Each memory of the scope that existed at `as_of`, with the version then in force."""
-        rows = await self.session.execute(versions_as_of_query(tenant_id, user_id, as_of))
-        return {r.memory_id: VersionState.of(r) for r in rows}
 
     async def closest_active(
         self, tenant_id: uuid.UUID, user_id: str, vectors: Sequence[list[float]]

@@ -454,8 +454,8 @@ async def edit_memory(
     """A hand edit: a new version (op UPDATE) under a `manual` changeset, attributed to `actor`."""
     memory = await get_memory(session, tenant_id, memory_id)
     text = memory.content if content is None else content.strip()
-    if tags is None and text == memory.content:
-        return memory  # nothing to change; no version for it
+    if text == memory.content and (not tags or list(tags) == list(memory.tags)):
+        return memory  # nothing to change (empty tags keep the memory's); no version for it
     op = Op(OpKind.UPDATE, text, targets=(0,), tags=tuple(tags or ()), reason=reason)
     return await _manual_write(
         session, memory, op, "memory.updated", actor, request_id, embedder, limits or ApplyLimits()

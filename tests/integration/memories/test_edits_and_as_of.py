@@ -49,6 +49,13 @@ async def test_edit_delete_history_and_as_of(
     assert edited.json()["content"] == "The user lives in Paris."
     assert edited.json()["version"] == 2
     assert edited.json()["tags"] == ["home"]
+    for same in (
+        {"content": "The user lives in Paris."},
+        {"content": "The user lives in Paris.", "tags": ["home"]},
+    ):
+        unchanged = await client.patch(f"/v1/memories/{lyon.id}", json=same, headers=editor)
+        assert unchanged.status_code == 200, unchanged.text
+        assert unchanged.json()["version"] == 2  # nothing changed, no version written
     t2 = await db_now(sessionmaker)
 
     deleted = await client.delete(f"/v1/memories/{lyon.id}", params={"reason": "wrong"}, headers=editor)
