@@ -7,8 +7,11 @@ one dedicated connection, and the work borrows pooled connections only for its s
 
 If the worker dies, Postgres drops that connection and every lock on it, so another worker takes
 the scopes over at once. If the connection is lost while the worker lives, its locks are gone with
-it: the epoch moves on, a scope run that took its lock in an earlier epoch stops after its current
-chunk, and the chunk claim (`attempts`, checked when applying) fences any overlap meanwhile.
+it: the epoch moves on and a scope run that took its lock in an earlier epoch stops. A connection
+can also die unnoticed (its backend killed, the network cut) while the work goes on over pooled
+ones, so every chunk claim checks in `pg_locks` that the lock's backend still holds it; a run whose
+claim finds it gone stops, and the connection is replaced. The chunk claim (`attempts`, checked when
+applying) fences the overlap in between.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import asyncio
 import contextlib
 import hashlib
 import uuid
+from dataclasses import dataclass
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -28,19 +32,29 @@ def scope_lock_key(tenant_id: uuid.UUID, user_id: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+@dataclass(frozen=True)
+class Lease:
+    """A scope lock this process took: its key, the epoch it was taken in, the backend holding it."""
+
+    key: int
+    epoch: int
+    pid: int
+
+
 class ScopeLocks:
     """The advisory locks one worker process holds, on a connection of their own."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._conn: AsyncConnection | None = None
+        self._pid = 0  # the lock connection's backend
         self._mutex = asyncio.Lock()  # one statement at a time on the shared connection
         # Advisory locks are re-entrant within a session, so the jobs of this process are told apart here.
         self._held: set[int] = set()
         self.epoch = 0
 
-    async def try_acquire(self, key: int) -> int | None:
-        """The epoch the lock was taken in, or None if another session holds it."""
+    async def try_acquire(self, key: int) -> Lease | None:
+        """The lock on `key`, or None if another session (or job of this process) holds it."""
         async with self._mutex:
             if key in self._held:
                 return None
@@ -53,22 +67,28 @@ class ScopeLocks:
             if not locked:
                 return None
             self._held.add(key)
-            return self.epoch
+            return Lease(key, self.epoch, self._pid)
 
-    def holds(self, epoch: int) -> bool:
-        """Whether locks taken in `epoch` are still held (their connection has not been lost)."""
-        return epoch == self.epoch and self._conn is not None
+    def holds(self, lease: Lease) -> bool:
+        """Whether `lease` may still be held: its connection has not been lost as far as we know."""
+        return lease.epoch == self.epoch and self._conn is not None
 
-    async def release(self, key: int, epoch: int) -> None:
+    async def release(self, lease: Lease) -> None:
         async with self._mutex:
-            if not self.holds(epoch) or key not in self._held:
+            if not self.holds(lease) or lease.key not in self._held:
                 return  # the lock went with the connection it lived on
-            self._held.discard(key)
+            self._held.discard(lease.key)
             try:
-                await (await self._connection()).scalar(select(func.pg_advisory_unlock(key)))
+                await (await self._connection()).scalar(select(func.pg_advisory_unlock(lease.key)))
             except BaseException:
                 await self._drop()
                 raise
+
+    async def lost(self, lease: Lease) -> None:
+        """`lease` was found gone: replace its connection (every lock on it is suspect)."""
+        async with self._mutex:
+            if self.holds(lease):
+                await self._drop()
 
     async def aclose(self) -> None:
         """Release every lock and the connection."""
@@ -79,6 +99,7 @@ class ScopeLocks:
         if self._conn is None:
             conn = await self._engine.connect()
             self._conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            self._pid = int(await self._conn.scalar(select(func.pg_backend_pid())) or 0)
         return self._conn
 
     async def _drop(self) -> None:

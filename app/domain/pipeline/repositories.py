@@ -17,6 +17,7 @@ from sqlalchemy import Table, bindparam, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Chunk, Tenant
+from app.domain.pipeline.locks import Lease
 
 CHUNKS = cast("Table", Chunk.__table__)
 PENDING = ("queued", "processing")
@@ -40,12 +41,21 @@ _ROW = (
 _OLDEST_PENDING = (
     select(*_ROW).where(*_SCOPE, _c.status.in_(PENDING)).order_by(_c.seq).limit(1).with_for_update()
 )
+# The scope's advisory lock is still held by the backend that took it (a bigint key is split into
+# classid / objid, objsubid 1). Checked on every claim: the lock lives on another connection, which
+# may have died unnoticed while this one works.
+_LOCK_HELD = text(
+    "EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = :p_lock_pid"
+    " AND classid = ((CAST(:p_lock_key AS bigint) >> 32) & 4294967295)::oid"
+    " AND objid = (CAST(:p_lock_key AS bigint) & 4294967295)::oid AND objsubid = 1)"
+)
 _CLAIM = (
     update(CHUNKS)
     .where(
         _c.id == _OLDEST_PENDING.with_only_columns(_c.id).scalar_subquery(),
         _c.available_at <= func.now(),
         _c.attempts < bindparam("p_max_attempts"),
+        _LOCK_HELD,
     )
     .values(status="processing", attempts=_c.attempts + 1, updated_at=func.now())
     .returning(*_ROW)
@@ -112,13 +122,28 @@ class PipelineRepository:
         ).first()
         return None if row is None else ChunkRow(**row._asdict())
 
-    async def claim_next(self, tenant_id: uuid.UUID, user_id: str, max_attempts: int) -> ChunkRow | None:
-        """Take the scope's oldest unfinished chunk in one statement: mark it `processing` and count
-        the attempt. None if that chunk is not takeable now (none left, backing off, or out of
-        attempts); `next_pending` then says which."""
-        params = {"p_tenant_id": tenant_id, "p_user_id": user_id, "p_max_attempts": max_attempts}
+    async def claim_next(
+        self, tenant_id: uuid.UUID, user_id: str, max_attempts: int, lease: Lease
+    ) -> ChunkRow | None:
+        """Take the scope's oldest unfinished chunk in one statement, while `lease` still holds: mark
+        it `processing` and count the attempt. None if that chunk is not takeable now (none left,
+        backing off, out of attempts, or the lock lost); `lock_held` and `next_pending` say which."""
+        params = {
+            "p_tenant_id": tenant_id,
+            "p_user_id": user_id,
+            "p_max_attempts": max_attempts,
+            "p_lock_pid": lease.pid,
+            "p_lock_key": lease.key,
+        }
         row = (await self.session.execute(_CLAIM, params)).first()
         return None if row is None else ChunkRow(**row._asdict())
+
+    async def lock_held(self, lease: Lease) -> bool:
+        """Whether the backend that took `lease` still holds it."""
+        held = await self.session.scalar(
+            select(_LOCK_HELD), {"p_lock_pid": lease.pid, "p_lock_key": lease.key}
+        )
+        return bool(held)
 
     async def mark_applied(self, chunk_id: uuid.UUID, changeset_id: uuid.UUID, attempt: int) -> bool:
         """Flip the chunk claimed as `attempt` to `applied`; False if it is no longer that claim

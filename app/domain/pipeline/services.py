@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from app.config import Settings
 from app.domain.audit.services import record_event
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
-from app.domain.pipeline.locks import ScopeLocks, scope_lock_key
+from app.domain.pipeline.locks import Lease, ScopeLocks, scope_lock_key
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.domain.search.services import Searcher
 from app.embeddings import Embedder
@@ -102,6 +102,7 @@ class ScopeRun:
     skipped: int = 0
     locked_elsewhere: bool = False
     retry_at: datetime | None = None  # the scope waits for a chunk's backoff until then
+    lost_lock: bool = False  # the scope lock was found gone mid-run
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -110,6 +111,7 @@ class ScopeRun:
             "retried": self.retried,
             "skipped": self.skipped,
             "locked_elsewhere": self.locked_elsewhere,
+            "lost_lock": self.lost_lock,
             "retry_at": self.retry_at.isoformat() if self.retry_at else None,
         }
 
@@ -125,15 +127,19 @@ async def process_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) 
     run = ScopeRun()
     key = scope_lock_key(tenant_id, user_id)
     while True:
-        epoch = await deps.locks.try_acquire(key)
-        if epoch is None:
+        lease = await deps.locks.try_acquire(key)
+        if lease is None:
             run.locked_elsewhere = True
             return run
         try:
-            while deps.locks.holds(epoch) and await _process_next(deps, tenant_id, user_id, run):
+            while deps.locks.holds(lease) and await _process_next(deps, tenant_id, user_id, run, lease):
                 pass
         finally:
-            await deps.locks.release(key, epoch)
+            await deps.locks.release(lease)
+        if run.lost_lock:
+            # Its connection died unnoticed: replace it, and come back to the scope in a moment.
+            await deps.locks.lost(lease)
+            run.retry_at = datetime.now(UTC) + timedelta(seconds=1)
         if run.retry_at is not None:
             return run
         # A wake-up that arrived while we held the lock gave up on it; make sure its chunk is not left
@@ -143,7 +149,9 @@ async def process_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) 
                 return run
 
 
-async def _process_next(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: ScopeRun) -> bool:
+async def _process_next(
+    deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: ScopeRun, lease: Lease
+) -> bool:
     """Handle the scope's next chunk; False when there is nothing (ready) left.
 
     Two transactions per chunk: one takes the chunk (attempts + 1, so a chunk that kills its worker
@@ -153,24 +161,9 @@ async def _process_next(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, 
     settings = deps.settings
     async with AsyncSession(deps.engine, expire_on_commit=False) as session:
         repo = PipelineRepository(session)
-        chunk = await repo.claim_next(tenant_id, user_id, settings.max_attempts)
+        chunk = await repo.claim_next(tenant_id, user_id, settings.max_attempts, lease)
         if chunk is None:  # the common case is an empty scope; otherwise find out why
-            pending = await repo.next_pending(tenant_id, user_id)
-            if pending is None:
-                await session.commit()
-                return False
-            if pending.attempts >= settings.max_attempts:
-                # Every attempt so far ended with the worker dying mid-way (a poison chunk): give up on it.
-                await _fail(
-                    session, deps, pending, f"gave up after {pending.attempts} attempts", None, final=True
-                )
-                metrics.CHUNKS_FINISHED.labels("failed", pending.writer or "default").inc()
-                await session.commit()
-                run.failed += 1
-                return True
-            run.retry_at = pending.available_at
-            await session.commit()
-            return False
+            return await _nothing_claimed(session, deps, tenant_id, user_id, run, lease)
         attempt = chunk.attempts
         writer = deps.writers.get(chunk.writer, await deps.tenant_writer(session, tenant_id))
         # Writers plugged in by import path may predate `context_messages`; they get the default.
@@ -265,6 +258,33 @@ async def _process_next(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, 
         )
         run.applied += 1
         return True
+
+
+async def _nothing_claimed(
+    session: AsyncSession, deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: ScopeRun, lease: Lease
+) -> bool:
+    """Why the claim took nothing: the lock is gone, the scope is empty, its next chunk has used up its
+    attempts (failed now: True, go on), or it is backing off (`run.retry_at`)."""
+    settings = deps.settings
+    repo = PipelineRepository(session)
+    if not await repo.lock_held(lease):
+        await session.commit()
+        run.lost_lock = True
+        return False
+    pending = await repo.next_pending(tenant_id, user_id)
+    if pending is None:
+        await session.commit()
+        return False
+    if pending.attempts >= settings.max_attempts:
+        # Every attempt so far ended with the worker dying mid-way (a poison chunk): give up on it.
+        await _fail(session, deps, pending, f"gave up after {pending.attempts} attempts", None, final=True)
+        metrics.CHUNKS_FINISHED.labels("failed", pending.writer or "default").inc()
+        await session.commit()
+        run.failed += 1
+        return True
+    run.retry_at = pending.available_at
+    await session.commit()
+    return False
 
 
 def _count_tokens(writer: Writer, result: WriteResult) -> None:

@@ -17,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.engine import create_engine
 from app.db.models import Changeset, Chunk, Memory, MemoryVersion
-from app.domain.pipeline.services import PipelineDeps, process_scope
+from app.domain.pipeline.locks import scope_lock_key
+from app.domain.pipeline.services import PipelineDeps, ScopeRun, _process_next, process_scope
 from app.embeddings import get_embedder
 from app.writers.registry import WriterRegistry
 from tests.conftest import TenantKeys
@@ -309,3 +310,33 @@ async def test_writer_calls_in_flight_are_not_bounded_by_database_connections(
     assert SlowWriter.max_in_flight >= 10
     assert await order_violations(sessionmaker, tenant.tenant_id) == []
     assert await changesets_per_chunk(sessionmaker, tenant.tenant_id) == {1: len(users) * len(facts)}
+
+
+async def test_a_scope_lock_lost_unnoticed_stops_the_claims(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    engine: object,
+) -> None:
+    """The lock connection's backend is killed while the worker still believes it holds the scope:
+    its claims must take nothing, or two workers would each re-claim the chunk, spending its attempts."""
+    facts = ["I live in Oslo.", "I like tea."]
+    await post_users(api, ingest_headers, ["cut"], facts=facts)
+    key = scope_lock_key(tenant.tenant_id, "cut")
+    async with pipeline_deps(pipeline_settings, engine) as deps:
+        lease = await deps.locks.try_acquire(key)
+        assert lease is not None
+        async with sessionmaker() as session, session.begin():
+            await session.execute(select(func.pg_terminate_backend(lease.pid)))
+        run = ScopeRun()
+        assert deps.locks.holds(lease)  # nothing on the lock connection has failed yet
+        assert not await _process_next(deps, tenant.tenant_id, "cut", run, lease)
+        assert run.lost_lock
+        async with sessionmaker() as session:
+            attempts = (await session.scalars(select(Chunk.attempts).where(Chunk.user_id == "cut"))).all()
+        assert attempts == [0, 0]
+        await deps.locks.lost(lease)
+        assert (await process_scope(deps, tenant.tenant_id, "cut")).applied == len(facts)
+    assert await changesets_per_chunk(sessionmaker, tenant.tenant_id) == {1: len(facts)}
