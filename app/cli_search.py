@@ -61,6 +61,7 @@ def reembed(
                 typer.echo(f"resumed after {outcome.resumed_from} memories done by an earlier run", err=True)
             typer.echo(f"{outcome.done} memories embedded by {outcome.embedder} (was {outcome.previous})")
         finally:
+            await embedder.aclose()
             await engine.dispose()
 
     with database_only(data_dir or settings.data_dir, settings.database_url) as database_url:

@@ -110,6 +110,9 @@ class LookupEmbedder:
     async def embed(self, texts: list[str]) -> list[list[float]]:
         return [self.vectors[t] for t in texts]
 
+    async def aclose(self) -> None:
+        """Nothing is held open."""
+
 
 async def run_clients(
     clients: int, duration_s: float, one: Callable[[int], Awaitable[None]]

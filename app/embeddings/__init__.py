@@ -6,7 +6,7 @@ from app.config import Settings
 from app.embeddings.base import Embedder
 from app.embeddings.hashing import HashingEmbedder
 
-__all__ = ["Embedder", "HashingEmbedder", "embedder_from_settings", "get_embedder"]
+__all__ = ["Embedder", "HashingEmbedder", "embedder_from_settings"]
 
 EMBEDDERS = ("hashing", "openai", "local")
 
@@ -36,8 +36,3 @@ def embedder_from_settings(settings: Settings, name: str | None = None) -> Embed
         )
     msg = f"unknown embedder {name!r} (available: {', '.join(EMBEDDERS)})"
     raise ValueError(msg)
-
-
-def get_embedder(name: str, dim: int) -> Embedder:
-    """The embedder `name` with default endpoint settings and dimension `dim`."""
-    return embedder_from_settings(Settings(embedding_dim=dim), name)

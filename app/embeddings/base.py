@@ -12,3 +12,6 @@ class Embedder(Protocol):
     dim: int
 
     async def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+    async def aclose(self) -> None:
+        """Release what the embedder holds open (an HTTP client); nothing for in-process ones."""

@@ -49,5 +49,8 @@ class HashingEmbedder:
             return vector
         return [v / norm for v in vector]
 
+    async def aclose(self) -> None:
+        """Nothing is held open."""
+
     async def embed(self, texts: list[str]) -> list[list[float]]:
         return [self.embed_one(t) for t in texts]

@@ -51,6 +51,9 @@ class LocalEmbedder:
         self.batch_size = batch_size
         self._lock = asyncio.Lock()  # one encode at a time: the model already uses every core
 
+    async def aclose(self) -> None:
+        """Nothing is held open."""
+
     async def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []

@@ -74,6 +74,8 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         finally:
             await application.state.ingest_batcher.close()
             await queue.close()
+            await application.state.searcher.embedder.aclose()
+            await application.state.writers.aclose()
             await engine.dispose()
 
     return Litestar(

@@ -66,9 +66,7 @@ class PipelineDeps:
         """Release the scope locks and close the writers' and the embedder's clients."""
         await self.locks.aclose()
         await self.writers.aclose()
-        close = getattr(self.embedder, "aclose", None)  # only embedders over HTTP hold a client
-        if close is not None:
-            await close()
+        await self.embedder.aclose()
 
     @property
     def actor(self) -> str:

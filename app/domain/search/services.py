@@ -144,13 +144,13 @@ class Searcher:
     ) -> list[Hit]:
         repo = SearchRepository(session)
         source: Source
+        vector = query.mode != "lexical"
         if query.as_of is not None:
             source = "as_of"
-        elif user_id is None or await self._large_scope(repo, tenant_id, user_id):
-            source = "hnsw"
+        elif user_id is None or (vector and await self._large_scope(repo, tenant_id, user_id)):
+            source = "hnsw"  # a lexical search of one scope has no graph to use: it stays on the scope
         else:
             source = "exact"
-        vector = query.mode != "lexical"
         if source == "hnsw" and vector:
             await repo.tune_hnsw(
                 max(self.settings.search_ef_search, self.settings.search_pool, query.top_k),

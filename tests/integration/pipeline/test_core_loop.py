@@ -19,7 +19,7 @@ from app.db.engine import create_engine
 from app.db.models import Changeset, Chunk, Memory, MemoryVersion
 from app.domain.pipeline.locks import scope_lock_key
 from app.domain.pipeline.services import PipelineDeps, ScopeRun, _process_next, process_scope
-from app.embeddings import get_embedder
+from app.embeddings import embedder_from_settings
 from app.writers.registry import WriterRegistry
 from tests.conftest import TenantKeys
 from tests.support.scenario import bank, changesets_per_chunk, order_violations, post_users
@@ -44,7 +44,7 @@ async def pipeline_deps(settings: Settings, engine: object) -> AsyncIterator[Pip
         engine=engine,
         settings=settings,
         writers=WriterRegistry(settings),
-        embedder=get_embedder(settings.embedder, settings.embedding_dim),
+        embedder=embedder_from_settings(settings),
         worker_name="test",
     )
     try:
