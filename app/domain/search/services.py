@@ -39,6 +39,9 @@ log = structlog.get_logger(__name__)
 
 ITERATIVE_SCAN_VERSION = (0, 8, 0)
 _SCOPE_SIZE_TTL_S = 60.0
+# How long a process trusts that the stored vectors are its embedder's: a `memstore reembed` to
+# another model is noticed within this time, instead of never.
+_EMBEDDER_CHECK_TTL_S = 30.0
 _SCOPE_SIZE_CACHE_MAX = 100_000
 _MAX_QUERY_WORDS = 64
 _WORD = re.compile(r"[^\W_]+")
@@ -86,7 +89,7 @@ class Searcher:
     settings: Settings
     embedder: Embedder
     _iterative_scan: bool | None = None
-    _embedder_checked: bool = False
+    _embedder_checked_at: float | None = None  # monotonic time of the last good check
     # (tenant, user) -> (is the scope large, when that was read)
     _large_scopes: dict[tuple[uuid.UUID, str], tuple[bool, float]] = field(default_factory=dict)
 
@@ -214,11 +217,13 @@ class Searcher:
         return self._iterative_scan
 
     async def check_embedder(self, session: AsyncSession) -> None:
-        """Record the embedder on first use; refuse to mix vectors of another one."""
-        if self._embedder_checked:
+        """Record the embedder on first use; refuse to mix vectors of another one (re-checked now and
+        then: the stored vectors may be re-embedded by another process)."""
+        checked = self._embedder_checked_at
+        if checked is not None and time.monotonic() - checked < _EMBEDDER_CHECK_TTL_S:
             return
         await record_embedder(session, self.embedder)
-        self._embedder_checked = True
+        self._embedder_checked_at = time.monotonic()
 
 
 async def record_embedder(session: AsyncSession, embedder: Embedder) -> EmbeddingConfig:

@@ -15,8 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.models import EmbeddingConfig, Memory
+from app.domain.search import services
 from app.domain.search.reembed import ReembedError, reembed
-from app.domain.search.services import record_embedder
+from app.domain.search.services import EmbedderMismatchError, Searcher, record_embedder
 from app.embeddings import HashingEmbedder
 from app.embeddings.openai import OpenAIEmbedder
 from app.server.asgi import create_app
@@ -115,3 +116,20 @@ def test_the_command_reembeds(database_url: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "0 memories embedded by hashing-v1-384" in result.stdout
+
+
+async def test_a_running_process_notices_a_reembed_to_another_model(
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that checked its embedder once does not keep trusting it after the stored vectors
+    have moved to another model."""
+    searcher = Searcher(settings, HASHING)
+    async with sessionmaker() as session, session.begin():
+        await searcher.check_embedder(session)
+        await session.execute(
+            EmbeddingConfig.__table__.update().values(name="another-model", target_name=None)  # type: ignore[attr-defined]
+        )
+    monkeypatch.setattr(services, "_EMBEDDER_CHECK_TTL_S", 0.0)
+    async with sessionmaker() as session:
+        with pytest.raises(EmbedderMismatchError):
+            await searcher.check_embedder(session)
