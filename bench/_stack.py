@@ -58,6 +58,26 @@ def cpu_seconds(procs: list[psutil.Process]) -> float:
     return total
 
 
+@dataclass
+class CpuByRole:
+    """CPU seconds per kind of process, summed over the processes seen at each snapshot."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def snapshot(cls, procs: list[psutil.Process]) -> CpuByRole:
+        by_role: dict[str, list[psutil.Process]] = {}
+        for proc in procs:
+            try:
+                by_role.setdefault(role_of(proc), []).append(proc)
+            except psutil.Error:
+                continue
+        return cls({role: cpu_seconds(members) for role, members in by_role.items()})
+
+    def __sub__(self, earlier: CpuByRole) -> CpuByRole:
+        return CpuByRole({k: v - earlier.seconds.get(k, 0.0) for k, v in self.seconds.items()})
+
+
 def _stop(proc: subprocess.Popen[bytes], family: list[psutil.Process], timeout_s: float) -> int:
     """SIGINT `proc`, wait for it, then kill whatever of `family` is still alive."""
     if proc.poll() is None:

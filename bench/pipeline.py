@@ -36,7 +36,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from typing import Any
 import asyncpg
 import httpx
 import psutil
-from _stack import Stack, cpu_seconds, role_of, running_stack
+from _stack import CpuByRole, Stack, cpu_seconds, running_stack
 
 GOAL_APPLIED_PER_S = 300
 DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
@@ -317,26 +317,6 @@ def _rate(count: int, seconds: float | None) -> float:
 
 
 # --- the two measurements --------------------------------------------------------------------------
-
-
-@dataclass
-class CpuByRole:
-    """CPU seconds per kind of process, summed over the processes seen at each snapshot."""
-
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def snapshot(cls, procs: list[psutil.Process]) -> CpuByRole:
-        by_role: dict[str, list[psutil.Process]] = {}
-        for proc in procs:
-            try:
-                by_role.setdefault(role_of(proc), []).append(proc)
-            except psutil.Error:
-                continue
-        return cls({role: cpu_seconds(members) for role, members in by_role.items()})
-
-    def __sub__(self, earlier: CpuByRole) -> CpuByRole:
-        return CpuByRole({k: v - earlier.seconds.get(k, 0.0) for k, v in self.seconds.items()})
 
 
 async def drain(args: argparse.Namespace, by_user: dict[str, list[Chunk]]) -> dict[str, Any]:

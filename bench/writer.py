@@ -18,25 +18,29 @@ measures the machine, not the concurrency.
 Goal: >= 90 % of ideal up to 256 in flight.
 
 Usage: python bench/writer.py [--latency 1.0] [--levels 1,2,4,...,256] [--chunks-per-user 5]
-                              [--workers 2] [--json out.json]
+                              [--workers 2] [--json out.json] [--env MEMSTORE_X=V ...]
+                              [--without-ann-index]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
-from _stack import running_stack
+import psutil
+from _stack import CpuByRole, Stack, cpu_seconds, running_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 0.90
@@ -90,11 +94,26 @@ def machine_busy(before: tuple[int, int] | None, after: tuple[int, int] | None) 
     return 1 - (after[0] - before[0]) / (after[1] - before[1])
 
 
+def cpu_by_role(stack: Stack, fake: subprocess.Popen[bytes]) -> CpuByRole:
+    """CPU seconds so far of the stack's processes by role, and of the fake model server."""
+    snapshot = CpuByRole.snapshot(stack.family())
+    with contextlib.suppress(psutil.Error):
+        snapshot.seconds["model"] = cpu_seconds([psutil.Process(fake.pid)])
+    return snapshot
+
+
 async def run_level(
-    client: httpx.AsyncClient, conn: asyncpg.Connection, fake_url: str, c: int, per_user: int, latency: float
+    client: httpx.AsyncClient,
+    conn: asyncpg.Connection,
+    fake_url: str,
+    c: int,
+    per_user: int,
+    latency: float,
+    cpu_now: Callable[[], CpuByRole],
 ) -> dict[str, Any]:
     await client.post(f"{fake_url}/fake/stats")  # reset the peak
     cpu_before = machine_cpu()
+    by_role_before = cpu_now()
     body = chunks_for(c, c, per_user)
     for start in range(0, len(body), 100):
         response = await client.post("/v1/chunks/batch", json={"chunks": body[start : start + 100]})
@@ -120,6 +139,7 @@ async def run_level(
         await asyncio.sleep(0.1)
     stats = (await client.post(f"{fake_url}/fake/stats")).json()
     cpu_busy = machine_busy(cpu_before, machine_cpu())
+    by_role = (cpu_now() - by_role_before).seconds
     window = float(row["window_s"] or math.nan)
     mean_span = float(row["mean_span_s"] or math.nan)
     ideal = c / latency
@@ -139,6 +159,10 @@ async def run_level(
         "machine_cpu_busy": cpu_busy,
         "mean_calls_in_flight": sum(in_flight) / len(in_flight) if in_flight else 0.0,
         "model_calls": stats["requests"],
+        # CPU milliseconds per finished chunk, by process role ("supervisor": `memstore up` itself).
+        "cpu_ms_per_chunk": {
+            role: 1000 * seconds / max(1, row["done"]) for role, seconds in sorted(by_role.items())
+        },
     }
 
 
@@ -155,16 +179,27 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "MEMSTORE_WRITER_MAX_CONCURRENCY": str(jobs_per_worker),
         "MEMSTORE_WORKER_MAX_JOBS": str(jobs_per_worker),
         "MEMSTORE_LOG_LEVEL": args.log_level,
+        **dict(item.split("=", 1) for item in args.env),
     }
     rows = []
     try:
         with running_stack(workers=args.workers, log_level=args.log_level, env_overrides=env) as stack:
             key = stack.create_key("bench-writer", ("ingest", "read"))
             conn = await asyncpg.connect(stack.dsn)
+            if args.without_ann_index:  # an experiment: what the write path costs without the graph insert
+                await conn.execute("DROP INDEX ix_memories_embedding_hnsw")
             headers = {"Authorization": f"Bearer {key}"}
             async with httpx.AsyncClient(base_url=stack.base_url, headers=headers, timeout=60) as client:
                 for c in levels:
-                    row = await run_level(client, conn, fake_url, c, args.chunks_per_user, args.latency)
+                    row = await run_level(
+                        client,
+                        conn,
+                        fake_url,
+                        c,
+                        args.chunks_per_user,
+                        args.latency,
+                        lambda: cpu_by_role(stack, fake),
+                    )
                     rows.append(row)
                     print_row(row)
             await conn.close()
@@ -172,6 +207,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         fake.terminate()
         fake.wait(10)
     return {
+        "without_ann_index": args.without_ann_index,
         "latency_s": args.latency,
         "workers": args.workers,
         "jobs_per_worker": jobs_per_worker,
@@ -190,6 +226,13 @@ def print_row(row: dict[str, Any]) -> None:
         f" machine CPU {100 * row['machine_cpu_busy']:.0f} % busy)",
         flush=True,
     )
+    cpu = row["cpu_ms_per_chunk"]
+    print(
+        "        CPU ms per chunk: "
+        + ", ".join(f"{role} {ms:.1f}" for role, ms in cpu.items())
+        + f" (all {sum(cpu.values()):.1f})",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -202,6 +245,18 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--log-level", default="WARNING", help="MEMSTORE_LOG_LEVEL of the service")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--without-ann-index",
+        action="store_true",
+        help="experiment: drop the HNSW index over memories first (search across users then scans)",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="MEMSTORE_X=V",
+        help="a setting for the service (repeatable)",
+    )
     args = parser.parse_args()
     print(
         f"LLM writer: fake model at {args.latency:g} s/call, {args.workers} worker process(es), "

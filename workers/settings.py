@@ -35,7 +35,9 @@ async def startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx.get("settings") or get_settings()
     configure_logging(settings.log_level, settings.log_format, process="worker")
     ctx["settings"] = settings
-    ctx["engine"] = create_engine(settings, application_name="memstore-worker", pre_ping=False)
+    ctx["engine"] = create_engine(
+        settings, application_name="memstore-worker", pre_ping=False, overflow=False
+    )
     ctx["worker_name"] = worker_name()
     ctx["pipeline"] = PipelineDeps(
         engine=ctx["engine"],

@@ -100,27 +100,29 @@ async def write_restorations(
     if result.dry_run or not restorations:
         return
     changeset_id = uuid.uuid4()
-    await ChangesetRepository(session).insert(
-        {
-            "id": changeset_id,
-            "tenant_id": tenant_id,
-            "user_id": user_id,
-            "kind": kind,
-            "actor": who.actor,
-            "reason": who.reason,
-            "target": target,
-            "ops": [
-                {
-                    "op": op,
-                    "memory_id": str(r.memory_id),
-                    "from_version": r.new_version - 1,
-                    "state_of_version": r.source_version,
-                    "status": r.status,
-                    "version": r.new_version,
-                }
-                for r in restorations
-            ],
-        }
+    await ChangesetRepository(session).insert_many(
+        [
+            {
+                "id": changeset_id,
+                "tenant_id": tenant_id,
+                "user_id": user_id,
+                "kind": kind,
+                "actor": who.actor,
+                "reason": who.reason,
+                "target": target,
+                "ops": [
+                    {
+                        "op": op,
+                        "memory_id": str(r.memory_id),
+                        "from_version": r.new_version - 1,
+                        "state_of_version": r.source_version,
+                        "status": r.status,
+                        "version": r.new_version,
+                    }
+                    for r in restorations
+                ],
+            }
+        ]
     )
     await HistoryRepository(session).write_restorations(
         tenant_id=tenant_id,

@@ -8,19 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import (
-    CompoundSelect,
-    Table,
-    bindparam,
-    func,
-    insert,
-    literal,
-    select,
-    true,
-    tuple_,
-    union_all,
-    update,
-)
+from sqlalchemy import Table, any_, bindparam, func, insert, select, text, true, tuple_, update
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Changeset, Memory, MemoryVersion
@@ -32,10 +21,13 @@ CHANGESETS = cast("Table", Changeset.__table__)
 # Built once: the worker runs these for every chunk.
 _m = MEMORIES.c
 _STATE = (_m.id, _m.version, _m.status, _m.content, _m.tags, _m.owner, _m.memory_at)
-_SCOPE = (_m.tenant_id == bindparam("tenant_id"), _m.user_id == bindparam("user_id"))
+_UUIDS = ARRAY(UUID(as_uuid=True))
 _LOCK_STATES = (
-    select(*_STATE)
-    .where(*_SCOPE, _m.id.in_(bindparam("ids", expanding=True)))
+    select(_m.tenant_id, _m.user_id, *_STATE)
+    .where(
+        _m.id == any_(bindparam("p_ids", type_=_UUIDS)),
+        _m.tenant_id == any_(bindparam("p_tenant_ids", type_=_UUIDS)),
+    )
     .order_by(_m.id)
     .with_for_update()
 )
@@ -175,21 +167,23 @@ def effective_embedding(memory_id: Any, version: Any) -> Any:
     )
 
 
-def closest_active_query(
-    tenant_id: uuid.UUID, user_id: str, vectors: Sequence[list[float]]
-) -> CompoundSelect[Any]:
-    """`closest_active`'s statement: per vector, the scope's nearest active memory (exact)."""
-    parts = []
-    for i, vector in enumerate(vectors):
-        distance = _m.embedding.cosine_distance(bindparam(f"p_v{i}", vector, type_=_m.embedding.type))
-        parts.append(
-            select(literal(i).label("ord"), _m.id, distance.label("distance"))
-            .where(_m.tenant_id == tenant_id, _m.user_id == user_id, _m.status == "active")
-            .order_by(distance + 0)
-            .limit(1)
-            .subquery()
-        )
-    return union_all(*(select(p) for p in parts))
+# Per (tenant, user, vector): the scope's nearest active memory, exact. Ordering by `distance + 0`
+# keeps the planner on the scope's B-tree: ordered by the bare distance, it may walk the tenant-wide
+# HNSW graph looking for this user's rows instead, which is slower, and a filtered graph walk can come
+# back empty, so a duplicate would go unnoticed. Vectors travel as text and are cast once each.
+CLOSEST_ACTIVE = text(
+    "SELECT q.ord, m.id, m.distance"
+    " FROM unnest(CAST(:p_tenant_ids AS uuid[]), CAST(:p_user_ids AS text[]),"
+    " CAST(CAST(:p_vectors AS text[]) AS vector[])) WITH ORDINALITY AS q(tenant_id, user_id, v, ord)"
+    " CROSS JOIN LATERAL (SELECT memories.id, memories.embedding <=> q.v AS distance FROM memories"
+    " WHERE memories.tenant_id = q.tenant_id AND memories.user_id = q.user_id"
+    " AND memories.status = 'active' ORDER BY (memories.embedding <=> q.v) + 0 LIMIT 1) AS m"
+)
+
+
+def vector_text(vector: Sequence[float]) -> str:
+    """pgvector's text form of a vector."""
+    return "[" + ",".join(map(str, vector)) + "]"
 
 
 class MemoryRepository:
@@ -275,35 +269,41 @@ class MemoryRepository:
         return [MemoryAsOf(row[0], tenant_id, *row[1:]) for row in rows]
 
     async def closest_active(
-        self, tenant_id: uuid.UUID, user_id: str, vectors: Sequence[list[float]]
+        self, items: Sequence[tuple[uuid.UUID, str, Sequence[float]]]
     ) -> list[tuple[uuid.UUID, float] | None]:
-        """For each vector, the scope's most similar active memory and its cosine similarity (one query).
-
-        Exact, like the search's per-scope route: ordering by `distance + 0` keeps the planner on the
-        scope's B-tree. Ordered by the bare distance, it may walk the tenant-wide HNSW graph looking
-        for this user's rows instead — slower, and a filtered graph walk can come back empty, so a
-        duplicate would go unnoticed.
-        """
-        if not vectors:
+        """For each (tenant, user, vector), that scope's most similar active memory and its cosine
+        similarity, or None for an empty scope (one query; see `CLOSEST_ACTIVE`)."""
+        if not items:
             return []
-        rows = await self.session.execute(closest_active_query(tenant_id, user_id, vectors))
-        found: list[tuple[uuid.UUID, float] | None] = [None] * len(vectors)
-        for ord_, memory_id, distance in rows:
-            found[ord_] = (memory_id, 1.0 - float(distance))
+        params = {
+            "p_tenant_ids": [tenant_id for tenant_id, _, _ in items],
+            "p_user_ids": [user_id for _, user_id, _ in items],
+            "p_vectors": [vector_text(vector) for _, _, vector in items],
+        }
+        found: list[tuple[uuid.UUID, float] | None] = [None] * len(items)
+        for ord_, memory_id, distance in await self.session.execute(CLOSEST_ACTIVE, params):
+            found[ord_ - 1] = (memory_id, 1.0 - float(distance))
         return found
 
     async def lock_states(
-        self, tenant_id: uuid.UUID, user_id: str, ids: Sequence[uuid.UUID]
-    ) -> dict[uuid.UUID, MemoryState]:
-        """Row-lock memories of one scope (in id order, so concurrent lockers cannot deadlock)."""
-        if not ids:
+        self, keys: Sequence[tuple[uuid.UUID, uuid.UUID]]
+    ) -> dict[tuple[uuid.UUID, str, uuid.UUID], MemoryState]:
+        """Row-lock memories given as (tenant, id), in id order so concurrent lockers cannot deadlock;
+        their states keyed by (tenant, user, id). Ids of another tenant are not returned."""
+        if not keys:
             return {}
-        rows = await self.session.execute(
-            _LOCK_STATES, {"tenant_id": tenant_id, "user_id": user_id, "ids": list(ids)}
-        )
+        wanted = set(keys)
+        params = {
+            "p_ids": sorted({memory_id for _, memory_id in keys}),
+            "p_tenant_ids": sorted({t for t, _ in keys}),
+        }
+        rows = await self.session.execute(_LOCK_STATES, params)
         return {
-            r.id: MemoryState(r.id, r.version, r.status, r.content, tuple(r.tags), r.owner, r.memory_at)
+            (r.tenant_id, r.user_id, r.id): MemoryState(
+                r.id, r.version, r.status, r.content, tuple(r.tags), r.owner, r.memory_at
+            )
             for r in rows
+            if (r.tenant_id, r.id) in wanted
         }
 
     async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
@@ -353,5 +353,6 @@ class ChangesetRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def insert(self, row: dict[str, Any]) -> None:
-        await self.session.execute(insert(CHANGESETS), [row])
+    async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            await self.session.execute(insert(CHANGESETS), list(rows))

@@ -155,7 +155,26 @@ def _check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
     return accepted
 
 
-async def apply_ops(  # noqa: PLR0915  (one pass builds every row of the apply)
+@dataclass(frozen=True)
+class ApplyRequest:
+    """One changeset's worth of ops for one scope: what `apply_many` writes, with why and by whom."""
+
+    tenant_id: uuid.UUID
+    user_id: str
+    ops: Sequence[Op]
+    shown: dict[int, Shown]
+    provenance: Provenance
+    agent_id: str | None = None
+    run_id: str | None = None
+    memory_at: datetime | None = None
+    raw_output: str | None = None
+    usage: dict[str, Any] | None = None
+    guards: Sequence[dict[str, Any]] = ()
+    changeset_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    limits: ApplyLimits = field(default_factory=ApplyLimits)
+
+
+async def apply_ops(
     session: AsyncSession,
     *,
     tenant_id: uuid.UUID,
@@ -176,187 +195,273 @@ async def apply_ops(  # noqa: PLR0915  (one pass builds every row of the apply)
     """Validate `ops` against what the writer was shown and write them; return the changeset.
 
     Ops that name an id the writer was not shown, touch a memory twice, or target a memory that
-    changed since it was shown are dropped and recorded as guards on the changeset. Writes are a
-    handful of bulk statements, whatever the number of ops.
+    changed since it was shown are dropped and recorded as guards on the changeset.
     """
-    guards = list(guards or [])
+    request = ApplyRequest(
+        tenant_id=tenant_id,
+        user_id=user_id,
+        ops=ops,
+        shown=shown,
+        provenance=provenance,
+        agent_id=agent_id,
+        run_id=run_id,
+        memory_at=memory_at,
+        raw_output=raw_output,
+        usage=usage,
+        guards=guards or (),
+        changeset_id=changeset_id or uuid.uuid4(),
+        limits=limits or ApplyLimits(),
+    )
+    [outcome] = await apply_many(session, [request], embedder)
+    return outcome
+
+
+async def apply_many(
+    session: AsyncSession, requests: Sequence[ApplyRequest], embedder: Embedder
+) -> list[ApplyOutcome]:
+    """`apply_ops` for several changesets (of any scopes) at once, in the caller's transaction.
+
+    The writes are a handful of bulk statements, whatever the number of requests and ops: the
+    workers apply the results of many scopes together (group commit), and a changeset's rows are
+    the same whether it was applied alone or with others.
+    """
     memories = MemoryRepository(session)
-    target_ids = {shown[t].memory_id for op in ops for t in op.targets if t in shown}
-    locked = await memories.lock_states(tenant_id, user_id, sorted(target_ids))
-    limits = limits or ApplyLimits()
-    accepted = _check_ops(ops, shown, locked, guards, memory_at, limits)
-
-    changeset_id = changeset_id or uuid.uuid4()
-    texts = [(op.content or "").strip() for _, op, _ in accepted if op.kind in _WRITES_CONTENT]
-    embedded = await embedder.embed(texts) if texts else []
-    duplicates = await _near_duplicates(memories, tenant_id, user_id, accepted, embedded, limits)
-    vectors = iter(embedded)
-    new_rows: list[dict[str, Any]] = []
-    changed_rows: list[dict[str, Any]] = []
-    version_rows: list[dict[str, Any]] = []
-    recorded: list[dict[str, Any]] = []
-    base = {
-        "tenant_id": tenant_id,
-        "user_id": user_id,
-        "changeset_id": changeset_id,
-        "chunk_id": provenance.chunk_id,
-        "writer": provenance.writer,
-        "model": provenance.model,
-        "profile": provenance.profile,
-        "prompt_hash": provenance.prompt_hash,
-        "actor": provenance.actor,
+    targets = {
+        (r.tenant_id, r.shown[t].memory_id)
+        for r in requests
+        for op in r.ops
+        for t in op.targets
+        if t in r.shown
     }
+    locked = await memories.lock_states(sorted(targets, key=lambda t: t[1]))
+    plans: list[_Plan] = []
+    for request in requests:
+        guards = list(request.guards)
+        in_scope = {
+            memory_id: state
+            for (tenant_id, user_id, memory_id), state in locked.items()
+            if tenant_id == request.tenant_id and user_id == request.user_id
+        }
+        accepted = _check_ops(request.ops, request.shown, in_scope, guards, request.memory_at, request.limits)
+        plans.append(_Plan(request, accepted, guards))
 
-    def version(
-        memory_id: uuid.UUID,
-        number: int,
-        op: str,
-        state: dict[str, Any],
-        reason: str | None,
-        embedding: list[float] | None = None,
-        supersedes: list[uuid.UUID] | None = None,
-        superseded_by: uuid.UUID | None = None,
-    ) -> None:
-        version_rows.append(
-            {
-                **base,
-                "memory_id": memory_id,
-                "version": number,
-                "op": op,
-                "content": state["content"],
-                "tags": state["tags"],
-                "owner": state["owner"],
-                "status": state["status"],
-                "memory_at": state["memory_at"],
-                "embedding": embedding,
-                "supersedes": supersedes,
-                "superseded_by": superseded_by,
-                "reason": reason or provenance.reason,
-            }
-        )
+    texts = [
+        (op.content or "").strip()
+        for plan in plans
+        for _, op, _ in plan.accepted
+        if op.kind in _WRITES_CONTENT
+    ]
+    embedded = iter(await embedder.embed(texts) if texts else [])
+    for plan in plans:
+        plan.vectors = [next(embedded) for _, op, _ in plan.accepted if op.kind in _WRITES_CONTENT]
+    await _find_near_duplicates(memories, plans)
 
-    applied = 0
-    for index, op, targets in accepted:
-        entry: dict[str, Any] = {"index": index, **op.as_json(), "targets": [str(m.id) for m in targets]}
-        recorded.append(entry)
-        if index in duplicates:
-            next(vectors)
-            entry |= {"op": OpKind.NOOP.value, "duplicate_of": duplicates[index][0]}
-            _guard(guards, "near_duplicate", index, op, duplicates[index][1])
-            continue
-        if op.kind is OpKind.NOOP:
-            continue
-        applied += 1
-        if op.kind in (OpKind.ADD, OpKind.SUPERSEDE):
-            memory_id, embedding = uuid.uuid4(), next(vectors)
-            state = {
-                "content": (op.content or "").strip(),
-                "tags": list(op.tags),
-                "owner": op.owner,
-                "status": "active",
-                "memory_at": memory_at,
-            }
-            new_rows.append(
-                {
-                    "id": memory_id,
-                    "tenant_id": tenant_id,
-                    "user_id": user_id,
-                    "agent_id": agent_id,
-                    "run_id": run_id,
-                    "version": 1,
-                    "embedding": embedding,
-                    "changeset_id": changeset_id,
-                    **state,
-                }
-            )
-            version(
-                memory_id, 1, "ADD", state, op.reason, embedding, supersedes=[m.id for m in targets] or None
-            )
-            for old in targets:  # SUPERSEDE: each replaced memory gets a new, superseded version
-                old_state = old.state() | {"status": "superseded"}
-                changed_rows.append(old.change(changeset_id, status="superseded"))
-                version(old.id, old.version + 1, "SUPERSEDE", old_state, op.reason, superseded_by=memory_id)
-            entry["memory_id"] = str(memory_id)
-        elif op.kind is OpKind.UPDATE:
-            old = targets[0]
-            embedding = next(vectors)
-            content = (op.content or "").strip()
-            tags = list(op.tags) or list(old.tags)
-            changed_rows.append(
-                old.change(changeset_id, content=content, tags=tags, embedding=embedding, memory_at=memory_at)
-            )
-            updated = old.state() | {
-                "content": content,
-                "tags": tags,
-                "memory_at": memory_at or old.memory_at,
-            }
-            version(old.id, old.version + 1, "UPDATE", updated, op.reason, embedding)
-            entry["memory_id"] = str(old.id)
-        elif op.kind is OpKind.DELETE:
-            old = targets[0]
-            changed_rows.append(old.change(changeset_id, status="deleted"))
-            version(old.id, old.version + 1, "DELETE", old.state() | {"status": "deleted"}, op.reason)
-            entry["memory_id"] = str(old.id)
+    rows = _Rows()
+    outcomes = [rows.add(plan) for plan in plans]
+    await ChangesetRepository(session).insert_many(rows.changesets)
+    await memories.insert_many(rows.new)
+    await memories.update_many(rows.changed)
+    await VersionRepository(session).insert_many(rows.versions)
+    return outcomes
 
-    await ChangesetRepository(session).insert(
-        {
-            "id": changeset_id,
-            "tenant_id": tenant_id,
-            "user_id": user_id,
-            "kind": provenance.kind,
+
+@dataclass
+class _Plan:
+    """One request after the guards: the ops that may apply (with their targets) and their vectors."""
+
+    request: ApplyRequest
+    accepted: list[tuple[int, Op, list[MemoryState]]]
+    guards: list[dict[str, Any]]
+    vectors: list[list[float]] = field(default_factory=list)  # one per content-writing accepted op
+    duplicates: dict[int, tuple[str, str]] = field(default_factory=dict)  # op index -> (of what, why)
+
+
+@dataclass
+class _Rows:
+    """The rows a set of plans writes, per table."""
+
+    changesets: list[dict[str, Any]] = field(default_factory=list)
+    new: list[dict[str, Any]] = field(default_factory=list)
+    changed: list[dict[str, Any]] = field(default_factory=list)
+    versions: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, plan: _Plan) -> ApplyOutcome:
+        request, provenance, guards = plan.request, plan.request.provenance, plan.guards
+        changeset_id, memory_at = request.changeset_id, request.memory_at
+        vectors = iter(plan.vectors)
+        recorded: list[dict[str, Any]] = []
+        base = {
+            "tenant_id": request.tenant_id,
+            "user_id": request.user_id,
+            "changeset_id": changeset_id,
             "chunk_id": provenance.chunk_id,
             "writer": provenance.writer,
             "model": provenance.model,
             "profile": provenance.profile,
             "prompt_hash": provenance.prompt_hash,
-            "raw_output": raw_output,
-            "usage": usage or {},
             "actor": provenance.actor,
-            "reason": provenance.reason,
-            "ops": recorded,
-            "guards": guards,
         }
+
+        def version(
+            memory_id: uuid.UUID,
+            number: int,
+            op: str,
+            state: dict[str, Any],
+            reason: str | None,
+            embedding: list[float] | None = None,
+            supersedes: list[uuid.UUID] | None = None,
+            superseded_by: uuid.UUID | None = None,
+        ) -> None:
+            self.versions.append(
+                {
+                    **base,
+                    "memory_id": memory_id,
+                    "version": number,
+                    "op": op,
+                    "content": state["content"],
+                    "tags": state["tags"],
+                    "owner": state["owner"],
+                    "status": state["status"],
+                    "memory_at": state["memory_at"],
+                    "embedding": embedding,
+                    "supersedes": supersedes,
+                    "superseded_by": superseded_by,
+                    "reason": reason or provenance.reason,
+                }
+            )
+
+        applied = 0
+        for index, op, targets in plan.accepted:
+            entry: dict[str, Any] = {"index": index, **op.as_json(), "targets": [str(m.id) for m in targets]}
+            recorded.append(entry)
+            if index in plan.duplicates:
+                next(vectors)
+                entry |= {"op": OpKind.NOOP.value, "duplicate_of": plan.duplicates[index][0]}
+                _guard(guards, "near_duplicate", index, op, plan.duplicates[index][1])
+                continue
+            if op.kind is OpKind.NOOP:
+                continue
+            applied += 1
+            if op.kind in (OpKind.ADD, OpKind.SUPERSEDE):
+                memory_id, embedding = uuid.uuid4(), next(vectors)
+                state = {
+                    "content": (op.content or "").strip(),
+                    "tags": list(op.tags),
+                    "owner": op.owner,
+                    "status": "active",
+                    "memory_at": memory_at,
+                }
+                self.new.append(
+                    {
+                        "id": memory_id,
+                        "tenant_id": request.tenant_id,
+                        "user_id": request.user_id,
+                        "agent_id": request.agent_id,
+                        "run_id": request.run_id,
+                        "version": 1,
+                        "embedding": embedding,
+                        "changeset_id": changeset_id,
+                        **state,
+                    }
+                )
+                version(
+                    memory_id,
+                    1,
+                    "ADD",
+                    state,
+                    op.reason,
+                    embedding,
+                    supersedes=[m.id for m in targets] or None,
+                )
+                for old in targets:  # SUPERSEDE: each replaced memory gets a new, superseded version
+                    old_state = old.state() | {"status": "superseded"}
+                    self.changed.append(old.change(changeset_id, status="superseded"))
+                    version(
+                        old.id, old.version + 1, "SUPERSEDE", old_state, op.reason, superseded_by=memory_id
+                    )
+                entry["memory_id"] = str(memory_id)
+            elif op.kind is OpKind.UPDATE:
+                old = targets[0]
+                embedding = next(vectors)
+                content = (op.content or "").strip()
+                tags = list(op.tags) or list(old.tags)
+                self.changed.append(
+                    old.change(
+                        changeset_id, content=content, tags=tags, embedding=embedding, memory_at=memory_at
+                    )
+                )
+                updated = old.state() | {
+                    "content": content,
+                    "tags": tags,
+                    "memory_at": memory_at or old.memory_at,
+                }
+                version(old.id, old.version + 1, "UPDATE", updated, op.reason, embedding)
+                entry["memory_id"] = str(old.id)
+            elif op.kind is OpKind.DELETE:
+                old = targets[0]
+                self.changed.append(old.change(changeset_id, status="deleted"))
+                version(old.id, old.version + 1, "DELETE", old.state() | {"status": "deleted"}, op.reason)
+                entry["memory_id"] = str(old.id)
+
+        self.changesets.append(
+            {
+                "id": changeset_id,
+                "tenant_id": request.tenant_id,
+                "user_id": request.user_id,
+                "kind": provenance.kind,
+                "chunk_id": provenance.chunk_id,
+                "writer": provenance.writer,
+                "model": provenance.model,
+                "profile": provenance.profile,
+                "prompt_hash": provenance.prompt_hash,
+                "raw_output": request.raw_output,
+                "usage": request.usage or {},
+                "actor": provenance.actor,
+                "reason": provenance.reason,
+                "ops": recorded,
+                "guards": guards,
+            }
+        )
+        return ApplyOutcome(changeset_id=changeset_id, applied=applied, guards=guards)
+
+
+async def _find_near_duplicates(memories: MemoryRepository, plans: Sequence[_Plan]) -> None:
+    """Mark ADDs that repeat an active memory of their scope or an earlier ADD of the same result.
+
+    A memory the same result replaces or deletes does not count: re-adding it is a correction. One
+    query finds the nearest active memory for every ADD of every plan.
+    """
+    adds: list[tuple[_Plan, int, list[float]]] = []
+    for plan in plans:
+        if plan.request.limits.duplicate_threshold > 1.0:  # a threshold above 1 turns the check off
+            continue
+        vectors = iter(plan.vectors)
+        for index, op, _ in plan.accepted:
+            if op.kind in _WRITES_CONTENT:
+                vector = next(vectors)
+                if op.kind is OpKind.ADD:
+                    adds.append((plan, index, vector))
+    if not adds:
+        return
+    closest = await memories.closest_active(
+        [(p.request.tenant_id, p.request.user_id, vector) for p, _, vector in adds]
     )
-    await memories.insert_many(new_rows)
-    await memories.update_many(changed_rows)
-    await VersionRepository(session).insert_many(version_rows)
-    return ApplyOutcome(changeset_id=changeset_id, applied=applied, guards=guards)
-
-
-async def _near_duplicates(
-    memories: MemoryRepository,
-    tenant_id: uuid.UUID,
-    user_id: str,
-    accepted: list[tuple[int, Op, list[MemoryState]]],
-    vectors: list[list[float]],
-    limits: ApplyLimits,
-) -> dict[int, tuple[str, str]]:
-    """ADDs that repeat an active memory or an earlier ADD of the same result: op index -> (what, why).
-
-    A memory this result replaces or deletes does not count: re-adding it is a correction."""
-    adds: list[tuple[int, list[float]]] = []
-    position = 0
-    for index, op, _ in accepted:
-        if op.kind in _WRITES_CONTENT:
-            if op.kind is OpKind.ADD:
-                adds.append((index, vectors[position]))
-            position += 1
-    if not adds or limits.duplicate_threshold > 1.0:  # a threshold above 1 turns the check off
-        return {}
-    replaced = {m.id for _, op, targets in accepted if op.kind is not OpKind.UPDATE for m in targets}
-    closest = await memories.closest_active(tenant_id, user_id, [v for _, v in adds])
-    found: dict[int, tuple[str, str]] = {}
-    kept: list[tuple[int, list[float]]] = []
-    for (index, vector), near in zip(adds, closest, strict=True):
-        if near is not None and near[0] not in replaced and near[1] >= limits.duplicate_threshold:
-            found[index] = (str(near[0]), f"repeats active memory {near[0]} (similarity {near[1]:.3f})")
+    kept: dict[int, list[tuple[int, list[float]]]] = {}  # per plan: ADDs that stay
+    for (plan, index, vector), near in zip(adds, closest, strict=True):
+        threshold = plan.request.limits.duplicate_threshold
+        replaced = {m.id for _, op, targets in plan.accepted if op.kind is not OpKind.UPDATE for m in targets}
+        if near is not None and near[0] not in replaced and near[1] >= threshold:
+            plan.duplicates[index] = (
+                str(near[0]),
+                f"repeats active memory {near[0]} (similarity {near[1]:.3f})",
+            )
             continue
-        twin = next((i for i, v in kept if _cosine(v, vector) >= limits.duplicate_threshold), None)
+        earlier = kept.setdefault(id(plan), [])
+        twin = next((i for i, v in earlier if _cosine(v, vector) >= threshold), None)
         if twin is not None:
-            found[index] = (f"op:{twin}", f"repeats op {twin} of the same result")
+            plan.duplicates[index] = (f"op:{twin}", f"repeats op {twin} of the same result")
             continue
-        kept.append((index, vector))
-    return found
+        earlier.append((index, vector))
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:

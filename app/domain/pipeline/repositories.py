@@ -60,18 +60,17 @@ _CLAIM = (
     .values(status="processing", attempts=_c.attempts + 1, updated_at=func.now())
     .returning(*_ROW)
 )
-_MARK_APPLIED = (
-    update(CHUNKS)
-    # Fenced by the claim: if this worker lost its lock and another took the chunk since, nothing happens.
-    .where(_c.id == bindparam("p_chunk_id"), _c.status == "processing", _c.attempts == bindparam("p_attempt"))
-    .values(
-        status="applied",
-        changeset_id=bindparam("p_changeset_id"),
-        last_error=None,
-        applied_at=func.now(),
-        updated_at=func.now(),
-    )
-    .returning(_c.id)
+# Fenced by the claim: a chunk this worker lost its lock on, and another worker took since, is not
+# touched (its `attempts` moved on). Many chunks in one statement: the workers apply in groups.
+_MARK_APPLIED = text(
+    "UPDATE chunks SET status = 'applied', changeset_id = u.changeset_id, last_error = NULL,"
+    " applied_at = now(), updated_at = now()"
+    " FROM unnest(CAST(:p_tenant_ids AS uuid[]), CAST(:p_chunk_ids AS uuid[]),"
+    " CAST(:p_changeset_ids AS uuid[]), CAST(:p_attempts AS integer[]))"
+    " AS u(tenant_id, id, changeset_id, attempt)"
+    " WHERE chunks.tenant_id = u.tenant_id AND chunks.id = u.id AND chunks.status = 'processing'"
+    " AND chunks.attempts = u.attempt"
+    " RETURNING chunks.id"
 )
 _HAS_READY = select(_c.id).where(*_SCOPE, _c.status.in_(PENDING), _c.available_at <= func.now()).limit(1)
 _EARLIER = (
@@ -145,13 +144,18 @@ class PipelineRepository:
         )
         return bool(held)
 
-    async def mark_applied(self, chunk_id: uuid.UUID, changeset_id: uuid.UUID, attempt: int) -> bool:
-        """Flip the chunk claimed as `attempt` to `applied`; False if it is no longer that claim
-        (applied or re-claimed elsewhere meanwhile): then the caller rolls back."""
-        result = await self.session.execute(
-            _MARK_APPLIED, {"p_chunk_id": chunk_id, "p_changeset_id": changeset_id, "p_attempt": attempt}
-        )
-        return result.first() is not None
+    async def mark_applied(self, claims: Sequence[tuple[ChunkRow, int, uuid.UUID]]) -> set[uuid.UUID]:
+        """Flip each (chunk, the attempt it was claimed as, its changeset) to `applied`; the ids of
+        those still held by that claim. The others were applied or re-claimed elsewhere meanwhile."""
+        if not claims:
+            return set()
+        params = {
+            "p_tenant_ids": [chunk.tenant_id for chunk, _, _ in claims],
+            "p_chunk_ids": [chunk.id for chunk, _, _ in claims],
+            "p_changeset_ids": [changeset_id for _, _, changeset_id in claims],
+            "p_attempts": [attempt for _, attempt, _ in claims],
+        }
+        return set((await self.session.scalars(_MARK_APPLIED, params)).all())
 
     async def mark_failed_attempt(
         self,

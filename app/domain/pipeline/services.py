@@ -23,7 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.config import Settings
 from app.domain.audit.services import record_event
-from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
+from app.domain.memories.services import ApplyLimits, ApplyRequest, Provenance, Shown
+from app.domain.pipeline.applier import Applier, Result
 from app.domain.pipeline.locks import Lease, ScopeLocks, scope_lock_key
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.domain.search.services import Searcher
@@ -48,6 +49,10 @@ class PipelineDeps:
     embedder: Embedder
     worker_name: str
     locks: ScopeLocks = field(init=False)
+    applier: Applier = field(init=False)
+    # The same pool without transactions: a chunk's claim and the reads that prepare its writer call
+    # are single statements that need no BEGIN / COMMIT round trips around them.
+    reads: AsyncEngine = field(init=False)
     # tenant -> (its default writer, when read); per-tenant defaults change rarely and may lag a little.
     _tenant_writers: dict[uuid.UUID, tuple[str | None, float]] = field(default_factory=dict)
     _searcher: Searcher | None = None
@@ -61,9 +66,12 @@ class PipelineDeps:
 
     def __post_init__(self) -> None:
         self.locks = ScopeLocks(self.engine)
+        self.applier = Applier(self.engine, self.embedder, self.actor)
+        self.reads = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     async def aclose(self) -> None:
-        """Release the scope locks and close the writers' and the embedder's clients."""
+        """Finish the apply in progress, release the scope locks, close the writer and embedder clients."""
+        await self.applier.aclose()
         await self.locks.aclose()
         await self.writers.aclose()
         await self.embedder.aclose()
@@ -142,7 +150,7 @@ async def process_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) 
             return run
         # A wake-up that arrived while we held the lock gave up on it; make sure its chunk is not left
         # behind by looking again now that the lock is released.
-        async with AsyncSession(deps.engine) as session:
+        async with AsyncSession(deps.reads) as session:
             if not await PipelineRepository(session).has_ready(tenant_id, user_id):
                 return run
 
@@ -152,17 +160,16 @@ async def _process_next(
 ) -> bool:
     """Handle the scope's next chunk; False when there is nothing (ready) left.
 
-    Two transactions per chunk: one takes the chunk (attempts + 1, so a chunk that kills its worker
-    is eventually failed) and gathers what the writer sees; one applies the result and marks the
-    chunk applied. Nothing is held open while the writer thinks.
+    The claim (attempts + 1, so a chunk that kills its worker is eventually failed) and the reads for
+    the writer's view are single statements outside any transaction; the result is applied, and the
+    chunk marked applied, in one transaction shared with other scopes' results (`Applier`). Nothing
+    is held open while the writer thinks.
     """
     settings = deps.settings
-    async with AsyncSession(deps.engine, expire_on_commit=False) as session:
-        repo = PipelineRepository(session)
-        chunk = await repo.claim_next(tenant_id, user_id, settings.max_attempts, lease)
+    async with AsyncSession(deps.reads, expire_on_commit=False) as session:
+        chunk = await PipelineRepository(session).claim_next(tenant_id, user_id, settings.max_attempts, lease)
         if chunk is None:  # the common case is an empty scope; otherwise find out why
             return await _nothing_claimed(session, deps, tenant_id, user_id, run, lease)
-        attempt = chunk.attempts
         writer = deps.writers.get(chunk.writer, await deps.tenant_writer(session, tenant_id))
         # Writers plugged in by import path may predate `context_messages`; they get the default.
         request, shown = await _build_request(
@@ -172,90 +179,75 @@ async def _process_next(
             getattr(writer, "context_messages", None),
             initial_candidates=getattr(writer, "initial_candidates", True),
         )
-        await session.commit()  # no snapshot or lock is held while the writer thinks
+    attempt = chunk.attempts
 
-        log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
-        started = time.perf_counter()
-        result, error, raw, attempt_limit = await _call_writer(writer, request, settings.writer_timeout_s)
-        metrics.WRITER_LATENCY.labels(writer.name, "error" if error else "ok").observe(
-            time.perf_counter() - started
-        )
-        if error is not None:
-            final = attempt >= min(settings.max_attempts, attempt_limit or settings.max_attempts)
-            retry_at = None if final else datetime.now(UTC) + backoff(settings, attempt)
+    log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
+    started = time.perf_counter()
+    result, error, raw, attempt_limit = await _call_writer(writer, request, settings.writer_timeout_s)
+    metrics.WRITER_LATENCY.labels(writer.name, "error" if error else "ok").observe(
+        time.perf_counter() - started
+    )
+    if error is not None:
+        final = attempt >= min(settings.max_attempts, attempt_limit or settings.max_attempts)
+        retry_at = None if final else datetime.now(UTC) + backoff(settings, attempt)
+        async with AsyncSession(deps.engine) as session:
             await _fail(session, deps, chunk, error, raw, final=final, attempt=attempt, retry_at=retry_at)
             await session.commit()
-            if final:
-                metrics.CHUNKS_FINISHED.labels("failed", writer.name).inc()
-                run.failed += 1
-                return True
-            run.retried += 1
-            run.retry_at = retry_at
-            return False
-
-        assert result is not None
-        _count_tokens(writer, result)
-        started = time.perf_counter()
-        changeset_id = uuid.uuid4()
-        if not await repo.mark_applied(
-            chunk.id, changeset_id, attempt
-        ):  # applied meanwhile by an earlier delivery
-            await session.rollback()
-            run.skipped += 1
+        if final:
+            metrics.CHUNKS_FINISHED.labels("failed", writer.name).inc()
+            run.failed += 1
             return True
-        outcome = await apply_ops(
-            session,
-            tenant_id=chunk.tenant_id,
-            user_id=chunk.user_id,
-            ops=result.ops,
-            shown=shown,
-            provenance=Provenance(
-                actor=deps.actor,
-                kind="writer",
-                writer=writer.name,
-                model=writer.model,
-                profile=writer.profile,
-                prompt_hash=result.prompt_hash,
-                chunk_id=chunk.id,
+        run.retried += 1
+        run.retry_at = retry_at
+        return False
+
+    assert result is not None
+    _count_tokens(writer, result)
+    started = time.perf_counter()
+    outcome = await deps.applier.apply(
+        Result(
+            chunk,
+            attempt,
+            ApplyRequest(
+                tenant_id=chunk.tenant_id,
+                user_id=chunk.user_id,
+                ops=result.ops,
+                shown=shown,
+                provenance=Provenance(
+                    actor=deps.actor,
+                    kind="writer",
+                    writer=writer.name,
+                    model=writer.model,
+                    profile=writer.profile,
+                    prompt_hash=result.prompt_hash,
+                    chunk_id=chunk.id,
+                ),
+                agent_id=chunk.agent_id,
+                run_id=chunk.run_id,
+                memory_at=_memory_at(chunk),
+                raw_output=result.raw_output,
+                usage=result.usage,
+                guards=result.guards,
+                limits=deps.limits,
             ),
-            embedder=deps.embedder,
-            agent_id=chunk.agent_id,
-            run_id=chunk.run_id,
-            memory_at=_memory_at(chunk),
-            raw_output=result.raw_output,
-            usage=result.usage,
-            guards=result.guards,
-            changeset_id=changeset_id,
-            limits=deps.limits,
         )
-        await record_event(
-            session,
-            tenant_id=chunk.tenant_id,
-            actor=deps.actor,
-            action="chunk.applied",
-            target_type="chunk",
-            target_id=str(chunk.id),
-            summary={
-                "seq": chunk.seq,
-                "changeset_id": str(changeset_id),
-                "applied": outcome.applied,
-                "guards": len(outcome.guards),
-            },
-        )
-        await session.commit()
-        metrics.APPLY_LATENCY.observe(time.perf_counter() - started)
-        metrics.CHUNKS_FINISHED.labels("applied", writer.name).inc()
-        for guard in outcome.guards:
-            metrics.GUARDS_FIRED.labels(guard["guard"]).inc()
-        log.info(
-            "chunk.applied",
-            chunk_id=str(chunk.id),
-            seq=chunk.seq,
-            ops=outcome.applied,
-            guards=len(outcome.guards),
-        )
-        run.applied += 1
+    )
+    if outcome is None:  # applied meanwhile by an earlier delivery
+        run.skipped += 1
         return True
+    metrics.APPLY_LATENCY.observe(time.perf_counter() - started)
+    metrics.CHUNKS_FINISHED.labels("applied", writer.name).inc()
+    for guard in outcome.guards:
+        metrics.GUARDS_FIRED.labels(guard["guard"]).inc()
+    log.info(
+        "chunk.applied",
+        chunk_id=str(chunk.id),
+        seq=chunk.seq,
+        ops=outcome.applied,
+        guards=len(outcome.guards),
+    )
+    run.applied += 1
+    return True
 
 
 async def _nothing_claimed(
@@ -266,22 +258,20 @@ async def _nothing_claimed(
     settings = deps.settings
     repo = PipelineRepository(session)
     if not await repo.lock_held(lease):
-        await session.commit()
         run.lost_lock = True
         return False
     pending = await repo.next_pending(tenant_id, user_id)
     if pending is None:
-        await session.commit()
         return False
     if pending.attempts >= settings.max_attempts:
         # Every attempt so far ended with the worker dying mid-way (a poison chunk): give up on it.
-        await _fail(session, deps, pending, f"gave up after {pending.attempts} attempts", None, final=True)
+        async with AsyncSession(deps.engine) as tx:
+            await _fail(tx, deps, pending, f"gave up after {pending.attempts} attempts", None, final=True)
+            await tx.commit()
         metrics.CHUNKS_FINISHED.labels("failed", pending.writer or "default").inc()
-        await session.commit()
         run.failed += 1
         return True
     run.retry_at = pending.available_at
-    await session.commit()
     return False
 
 
@@ -414,10 +404,8 @@ async def _build_request(
 
     async def find(queries: list[str]) -> tuple[Candidate, ...]:
         """More candidates, for writers that search after extracting; local ids stay stable."""
-        async with AsyncSession(deps.engine, expire_on_commit=False) as search_session:
-            found = await search(search_session, queries)
-            await search_session.commit()
-        return found
+        async with AsyncSession(deps.reads, expire_on_commit=False) as search_session:
+            return await search(search_session, queries)
 
     user_text = "\n".join(m.content for m in messages if m.role == "user") or "\n".join(
         m.content for m in messages

@@ -6,11 +6,10 @@ import uuid
 from datetime import UTC, datetime
 
 from sqlalchemy import select, text
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import Changeset, Memory
-from app.domain.memories.repositories import MemoryRepository, closest_active_query
+from app.domain.memories.repositories import CLOSEST_ACTIVE, MemoryRepository, vector_text
 from app.domain.memories.services import Provenance, Shown, apply_ops
 from app.embeddings import HashingEmbedder
 from app.writers.base import Op, OpKind
@@ -142,15 +141,15 @@ async def test_duplicate_check_is_exact_even_when_other_users_crowd_the_vector_i
     await _apply(sessionmaker, tenant, [Op(OpKind.ADD, "The user plays the cello on Sundays.")])
     own = await _memory(sessionmaker, "The user plays the cello on Sundays.")
     [vector] = await EMBEDDER.embed([crowded])
-    statement = closest_active_query(tenant.tenant_id, "u", [vector])
-    sql = str(statement.compile(dialect=postgresql.asyncpg.dialect(), compile_kwargs={"literal_binds": True}))
+    params = {"p_tenant_ids": [tenant.tenant_id], "p_user_ids": ["u"], "p_vectors": [vector_text(vector)]}
     async with sessionmaker() as session, session.begin():
         # Make an index that returns rows already in distance order look cheapest, as a planner with
         # a large table may well judge it.
         await session.execute(text("SET LOCAL enable_seqscan = off"))
         await session.execute(text("SET LOCAL enable_sort = off"))
-        plan = "\n".join((await session.execute(text(f"EXPLAIN {sql}"))).scalars())
-        [found] = await MemoryRepository(session).closest_active(tenant.tenant_id, "u", [vector])
+        explain = text(f"EXPLAIN {CLOSEST_ACTIVE.text}")
+        plan = "\n".join((await session.execute(explain, params)).scalars())
+        [found] = await MemoryRepository(session).closest_active([(tenant.tenant_id, "u", vector)])
     assert "ix_memories_embedding_hnsw" not in plan
     assert found is not None
     assert found[0] == own.id

@@ -1,0 +1,150 @@
+"""Group commit: a worker applies the writer results of many scopes in one transaction.
+
+A GPU writer answers many calls at about the same time, so a busy worker holds many results ready
+to apply at once. Applying each in its own transaction costs some ten round trips and a commit per
+chunk, and on a small machine that per-statement work, not the model, caps throughput. The
+`Applier` takes results as they come: the first one starts a transaction at once, and whatever
+arrives while that transaction runs is applied together in the next, so the batch grows with load
+and an idle worker adds no wait. A batch is a handful of bulk statements (`apply_many`), whatever
+its size, and a changeset's rows are the same as when applied alone.
+
+Each chunk still commits exactly once and in its scope's order: its scope's next chunk is claimed
+only after its apply returns. If a batch fails, each of its chunks is applied alone, so one bad
+result never holds back the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from dataclasses import dataclass, field
+
+import structlog
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from app.domain.audit.repositories import AuditRepository
+from app.domain.audit.services import event_row
+from app.domain.memories.services import ApplyOutcome, ApplyRequest, apply_many
+from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
+from app.embeddings import Embedder
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Result:
+    """A claimed chunk and what its writer decided: ready to apply."""
+
+    chunk: ChunkRow
+    attempt: int  # the claim it was taken under (the fence against a worker that lost its lock)
+    request: ApplyRequest
+
+
+@dataclass
+class _Waiting:
+    result: Result
+    done: asyncio.Future[ApplyOutcome | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class Applier:
+    """One per worker process; `apply` may be awaited by any number of scope jobs at once."""
+
+    def __init__(self, engine: AsyncEngine, embedder: Embedder, actor: str, max_batch: int = 64) -> None:
+        self.engine = engine
+        self.embedder = embedder
+        self.actor = actor
+        self.max_batch = max_batch
+        self._waiting: list[_Waiting] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def apply(self, result: Result) -> ApplyOutcome | None:
+        """Apply `result` and mark its chunk applied, in a transaction shared with other results.
+
+        None if the chunk is no longer held by this claim (applied or re-claimed elsewhere). A
+        cancelled caller does not withdraw its result: it may still be committed.
+        """
+        waiting = _Waiting(result)
+        self._waiting.append(waiting)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
+        return await asyncio.shield(waiting.done)
+
+    async def aclose(self) -> None:
+        """Let the batch in progress finish."""
+        if self._flusher is not None:
+            with contextlib.suppress(Exception):
+                await self._flusher
+
+    async def _flush(self) -> None:
+        while self._waiting:
+            await asyncio.sleep(0)  # results that became ready in this same turn join the batch
+            batch, self._waiting = self._waiting[: self.max_batch], self._waiting[self.max_batch :]
+            try:
+                outcomes = await self._commit([w.result for w in batch])
+            except Exception as exc:  # noqa: BLE001  (each result gets its own chance, or its own error)
+                if len(batch) == 1 or _is_outage(exc):
+                    for waiting in batch:  # the database is away: every job retries later
+                        _settle(waiting, exc=exc)
+                    continue
+                log.warning("apply.batch_failed", size=len(batch), error=f"{type(exc).__name__}: {exc}")
+                for waiting in batch:
+                    try:
+                        [outcome] = await self._commit([waiting.result])
+                    except Exception as single_exc:  # noqa: BLE001
+                        _settle(waiting, exc=single_exc)
+                    else:
+                        _settle(waiting, outcome)
+            else:
+                for waiting, outcome in zip(batch, outcomes, strict=True):
+                    _settle(waiting, outcome)
+
+    async def _commit(self, results: list[Result]) -> list[ApplyOutcome | None]:
+        async with AsyncSession(self.engine, expire_on_commit=False) as session:
+            claims = [(r.chunk, r.attempt, r.request.changeset_id) for r in results]
+            still_ours = await PipelineRepository(session).mark_applied(claims)
+            live = [r for r in results if r.chunk.id in still_ours]
+            outcomes = await apply_many(session, [r.request for r in live], self.embedder)
+            await AuditRepository(session).insert_many(
+                [
+                    event_row(
+                        tenant_id=r.chunk.tenant_id,
+                        actor=self.actor,
+                        action="chunk.applied",
+                        target_type="chunk",
+                        target_id=str(r.chunk.id),
+                        summary={
+                            "seq": r.chunk.seq,
+                            "changeset_id": str(outcome.changeset_id),
+                            "applied": outcome.applied,
+                            "guards": len(outcome.guards),
+                        },
+                    )
+                    for r, outcome in zip(live, outcomes, strict=True)
+                ]
+            )
+            await session.commit()
+        by_chunk: dict[uuid.UUID, ApplyOutcome] = {
+            r.chunk.id: outcome for r, outcome in zip(live, outcomes, strict=True)
+        }
+        return [by_chunk.get(r.chunk.id) for r in results]
+
+
+def _is_outage(exc: Exception) -> bool:
+    """A fault of the connection, not of one result: applying alone would fail the same way."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, OperationalError | InterfaceError | PoolTimeoutError | OSError)
+
+
+def _settle(waiting: _Waiting, outcome: ApplyOutcome | None = None, exc: BaseException | None = None) -> None:
+    if waiting.done.done():
+        return
+    if exc is not None:
+        waiting.done.set_exception(exc)
+    else:
+        waiting.done.set_result(outcome)
