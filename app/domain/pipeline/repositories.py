@@ -41,13 +41,11 @@ _ROW = (
 _OLDEST_PENDING = (
     select(*_ROW).where(*_SCOPE, _c.status.in_(PENDING)).order_by(_c.seq).limit(1).with_for_update()
 )
-# The scope's advisory lock is still held by the backend that took it (a bigint key is split into
-# classid / objid, objsubid 1). Checked on every claim: the lock lives on another connection, which
-# may have died unnoticed while this one works.
+# The backend holding the scope's advisory lock is still the one that took it (see `locks`). Checked
+# on every claim: the lock lives on another connection, which may have died unnoticed meanwhile.
 _LOCK_HELD = text(
-    "EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = :p_lock_pid"
-    " AND classid = ((CAST(:p_lock_key AS bigint) >> 32) & 4294967295)::oid"
-    " AND objid = (CAST(:p_lock_key AS bigint) & 4294967295)::oid AND objsubid = 1)"
+    "EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = :p_lock_pid"
+    " AND backend_start IS NOT DISTINCT FROM :p_lock_since)"
 )
 _CLAIM = (
     update(CHUNKS)
@@ -132,15 +130,15 @@ class PipelineRepository:
             "p_user_id": user_id,
             "p_max_attempts": max_attempts,
             "p_lock_pid": lease.pid,
-            "p_lock_key": lease.key,
+            "p_lock_since": lease.backend_start,
         }
         row = (await self.session.execute(_CLAIM, params)).first()
         return None if row is None else ChunkRow(**row._asdict())
 
     async def lock_held(self, lease: Lease) -> bool:
-        """Whether the backend that took `lease` still holds it."""
+        """Whether the backend that took `lease` is still alive, and so still holds it."""
         held = await self.session.scalar(
-            select(_LOCK_HELD), {"p_lock_pid": lease.pid, "p_lock_key": lease.key}
+            select(_LOCK_HELD), {"p_lock_pid": lease.pid, "p_lock_since": lease.backend_start}
         )
         return bool(held)
 

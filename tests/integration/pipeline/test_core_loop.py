@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.config import Settings
@@ -312,6 +312,17 @@ async def test_writer_calls_in_flight_are_not_bounded_by_database_connections(
     assert await changesets_per_chunk(sessionmaker, tenant.tenant_id) == {1: len(users) * len(facts)}
 
 
+async def backend_gone(sessionmaker: async_sessionmaker[AsyncSession], pid: int) -> None:
+    """Wait until a terminated backend has exited (pg_terminate_backend only signals it)."""
+    for _ in range(100):
+        async with sessionmaker() as session:
+            query = text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
+            if not await session.scalar(query, {"pid": pid}):
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"backend {pid} still running")
+
+
 async def test_a_scope_lock_lost_unnoticed_stops_the_claims(
     api: Client,
     ingest_headers: dict[str, str],
@@ -330,6 +341,7 @@ async def test_a_scope_lock_lost_unnoticed_stops_the_claims(
         assert lease is not None
         async with sessionmaker() as session, session.begin():
             await session.execute(select(func.pg_terminate_backend(lease.pid)))
+        await backend_gone(sessionmaker, lease.pid)
         run = ScopeRun()
         assert deps.locks.holds(lease)  # nothing on the lock connection has failed yet
         assert not await _process_next(deps, tenant.tenant_id, "cut", run, lease)
