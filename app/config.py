@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     # --- workers ---------------------------------------------------------------------------
     worker_max_jobs: int = Field(default=32, description="Concurrent jobs per worker process.")
     worker_job_timeout_s: float = Field(default=300.0, description="A job running longer is cancelled.")
+    worker_poll_delay_s: float = Field(
+        default=0.5,
+        description="Seconds between a worker's looks at the queue (the most an idle scope's chunk waits).",
+    )
     worker_shutdown_wait_s: int = Field(
         default=20, description="Seconds in-flight jobs get to finish after SIGTERM."
     )
