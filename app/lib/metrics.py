@@ -52,8 +52,13 @@ WRITER_REQUESTS = Counter(
 )
 APPLY_LATENCY = Histogram(
     "memstore_apply_duration_seconds",
-    "Time to apply one chunk's ops (one transaction).",
+    "Time from a chunk's writer result to its commit (in a transaction shared with other chunks).",
     buckets=_LATENCY_BUCKETS,
+)
+APPLY_BATCH = Histogram(
+    "memstore_apply_batch_chunks",
+    "Chunks applied together in one transaction by a worker (group commit).",
+    buckets=(1, 2, 4, 8, 16, 32, 64),
 )
 GUARDS_FIRED = Counter("memstore_guards_fired_total", "Writer ops dropped or changed by a guard.", ["guard"])
 

@@ -114,8 +114,14 @@ def _check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
             continue
         if op.kind in _WRITES_CONTENT:
             text = (op.content or "").strip()
-            if not text or len(text) > limits.max_chars:
-                _guard(guards, "bad_content", index, op, f"content must be 1..{limits.max_chars} characters")
+            if not text or len(text) > limits.max_chars or "\x00" in text:
+                _guard(
+                    guards,
+                    "bad_content",
+                    index,
+                    op,
+                    f"content must be 1..{limits.max_chars} characters, no NUL",
+                )
                 continue
         if op.kind is OpKind.NOOP:
             accepted.append((index, op, []))

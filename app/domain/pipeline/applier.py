@@ -30,6 +30,7 @@ from app.domain.audit.services import event_row
 from app.domain.memories.services import ApplyOutcome, ApplyRequest, apply_many
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.embeddings import Embedder
+from app.lib import metrics
 
 log = structlog.get_logger(__name__)
 
@@ -81,27 +82,37 @@ class Applier:
                 await self._flusher
 
     async def _flush(self) -> None:
-        while self._waiting:
-            await asyncio.sleep(0)  # results that became ready in this same turn join the batch
-            batch, self._waiting = self._waiting[: self.max_batch], self._waiting[self.max_batch :]
-            try:
-                outcomes = await self._commit([w.result for w in batch])
-            except Exception as exc:  # noqa: BLE001  (each result gets its own chance, or its own error)
-                if len(batch) == 1 or _is_outage(exc):
-                    for waiting in batch:  # the database is away: every job retries later
-                        _settle(waiting, exc=exc)
-                    continue
-                log.warning("apply.batch_failed", size=len(batch), error=f"{type(exc).__name__}: {exc}")
-                for waiting in batch:
-                    try:
-                        [outcome] = await self._commit([waiting.result])
-                    except Exception as single_exc:  # noqa: BLE001
-                        _settle(waiting, exc=single_exc)
-                    else:
-                        _settle(waiting, outcome)
-            else:
-                for waiting, outcome in zip(batch, outcomes, strict=True):
+        batch: list[_Waiting] = []
+        try:
+            while self._waiting:
+                await asyncio.sleep(0)  # results that became ready in this same turn join the batch
+                batch, self._waiting = self._waiting[: self.max_batch], self._waiting[self.max_batch :]
+                await self._apply_batch(batch)
+        finally:  # cancelled (the loop is closing): nobody may wait forever
+            for waiting in [*batch, *self._waiting]:
+                _settle(waiting, exc=RuntimeError("the apply was interrupted"))
+
+    async def _apply_batch(self, batch: list[_Waiting]) -> None:
+        """Commit `batch` together; if that fails for a reason of its own, each result alone."""
+        metrics.APPLY_BATCH.observe(len(batch))
+        try:
+            outcomes = await self._commit([w.result for w in batch])
+        except Exception as exc:  # noqa: BLE001  (each result gets its own chance, or its own error)
+            if len(batch) == 1 or _is_outage(exc):
+                for waiting in batch:  # the database is away: every job retries later
+                    _settle(waiting, exc=exc)
+                return
+            log.warning("apply.batch_failed", size=len(batch), error=f"{type(exc).__name__}: {exc}")
+            for waiting in batch:
+                try:
+                    [outcome] = await self._commit([waiting.result])
+                except Exception as single_exc:  # noqa: BLE001
+                    _settle(waiting, exc=single_exc)
+                else:
                     _settle(waiting, outcome)
+        else:
+            for waiting, outcome in zip(batch, outcomes, strict=True):
+                _settle(waiting, outcome)
 
     async def _commit(self, results: list[Result]) -> list[ApplyOutcome | None]:
         async with AsyncSession(self.engine, expire_on_commit=False) as session:

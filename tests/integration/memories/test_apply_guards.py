@@ -60,6 +60,7 @@ async def test_guards_drop_bad_ops_and_keep_the_bank(
         Op(OpKind.SUPERSEDE, "The user lives in Rome.", targets=(0, 0)),  # the same memory twice
         Op(OpKind.ADD, "The user lives in Oslo.", targets=(0,)),  # ADD names no targets
         Op(OpKind.UPDATE, "", targets=(0,)),  # empty content
+        Op(OpKind.ADD, "The user lives in\x00 Oslo."),  # a NUL, which no Postgres text can hold
     ]
     changeset_id, guards = await _apply(
         sessionmaker, tenant, ops, shown, memory_at=datetime(2022, 1, 1, tzinfo=UTC)
@@ -70,6 +71,7 @@ async def test_guards_drop_bad_ops_and_keep_the_bank(
         ("bad_targets", 2),
         ("bad_targets", 3),
         ("bad_content", 4),
+        ("bad_content", 5),
     ]
     lyon_now = await _memory(sessionmaker, "The user lives in Lyon.")
     assert (lyon_now.status, lyon_now.version) == ("active", 1)
