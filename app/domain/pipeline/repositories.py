@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, select, text, update
+from sqlalchemy import DateTime, Table, bindparam, column, exists, func, select, table, text, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Chunk, Tenant
@@ -38,26 +38,45 @@ _ROW = (
     _c.received_at,
 )
 
-_OLDEST_PENDING = (
-    select(*_ROW).where(*_SCOPE, _c.status.in_(PENDING)).order_by(_c.seq).limit(1).with_for_update()
-)
 # The backend holding the scope's advisory lock is still the one that took it (see `locks`). Checked
 # on every claim: the lock lives on another connection, which may have died unnoticed meanwhile.
-_LOCK_HELD = text(
-    "EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = :p_lock_pid"
-    " AND backend_start IS NOT DISTINCT FROM :p_lock_since)"
+_ACTIVITY = table("pg_stat_activity", column("pid"), column("backend_start"))
+_LOCK_HELD = (
+    exists()
+    .where(
+        _ACTIVITY.c.pid == bindparam("p_lock_pid"),
+        _ACTIVITY.c.backend_start.is_not_distinct_from(
+            bindparam("p_lock_since", type_=DateTime(timezone=True))
+        ),
+    )
+    .label("lock_held")
 )
-_CLAIM = (
+# The claim, in one statement whatever its outcome: whether the lock still holds, the scope's oldest
+# unfinished chunk as it was, and that chunk as claimed (marked `processing`, attempts + 1) if it
+# could be taken now. The conditions are on `chunks` itself, so a concurrent change to the row (an
+# admin retry, a purge) is seen by the UPDATE after it waits for it.
+_NEXT = select(*_ROW).where(*_SCOPE, _c.status.in_(PENDING)).order_by(_c.seq).limit(1).cte("next_chunk")
+_ALIVE = select(_LOCK_HELD).cte("scope_lock")
+_CLAIMED = (
     update(CHUNKS)
     .where(
-        _c.id == _OLDEST_PENDING.with_only_columns(_c.id).scalar_subquery(),
+        _c.tenant_id == bindparam("p_tenant_id"),
+        _c.id == _NEXT.c.id,
+        _ALIVE.c.lock_held,
+        _c.status.in_(PENDING),
         _c.available_at <= func.now(),
         _c.attempts < bindparam("p_max_attempts"),
-        _LOCK_HELD,
     )
     .values(status="processing", attempts=_c.attempts + 1, updated_at=func.now())
     .returning(*_ROW)
+    .cte("claimed")
 )
+_COLUMNS = [c.name for c in _ROW]
+_CLAIM = select(
+    _ALIVE.c.lock_held,
+    *(_NEXT.c[name].label(f"next_{name}") for name in _COLUMNS),
+    *(_CLAIMED.c[name].label(f"claimed_{name}") for name in _COLUMNS),
+).select_from(_ALIVE.outerjoin(_NEXT, true()).outerjoin(_CLAIMED, true()))
 # Fenced by the claim: a chunk this worker lost its lock on, and another worker took since, is not
 # touched (its `attempts` moved on). Many chunks in one statement: the workers apply in groups.
 _MARK_APPLIED = text(
@@ -99,6 +118,16 @@ class ChunkRow:
     received_at: datetime
 
 
+@dataclass(frozen=True)
+class Claim:
+    """What a claim found: the chunk it took (if any), the oldest unfinished one as it was before,
+    and whether the scope lock still held."""
+
+    lock_held: bool
+    claimed: ChunkRow | None
+    next: ChunkRow | None
+
+
 class PipelineRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
@@ -108,23 +137,9 @@ class PipelineRepository:
         value = await self.session.scalar(_TENANT_WRITER, {"p_tenant_id": tenant_id})
         return str(value) if value else None
 
-    async def next_pending(self, tenant_id: uuid.UUID, user_id: str) -> ChunkRow | None:
-        """The scope's oldest unfinished chunk, row-locked.
-
-        `processing` counts as unfinished: the caller holds the scope lock, so a chunk still marked
-        `processing` was left by a worker that died mid-way, and is taken again.
-        """
-        row = (
-            await self.session.execute(_OLDEST_PENDING, {"p_tenant_id": tenant_id, "p_user_id": user_id})
-        ).first()
-        return None if row is None else ChunkRow(**row._asdict())
-
-    async def claim_next(
-        self, tenant_id: uuid.UUID, user_id: str, max_attempts: int, lease: Lease
-    ) -> ChunkRow | None:
-        """Take the scope's oldest unfinished chunk in one statement, while `lease` still holds: mark
-        it `processing` and count the attempt. None if that chunk is not takeable now (none left,
-        backing off, out of attempts, or the lock lost); `lock_held` and `next_pending` say which."""
+    async def claim_next(self, tenant_id: uuid.UUID, user_id: str, max_attempts: int, lease: Lease) -> Claim:
+        """Take the scope's oldest unfinished chunk while `lease` still holds (one statement): mark it
+        `processing` and count the attempt, if it is takeable now; and say why not, if not."""
         params = {
             "p_tenant_id": tenant_id,
             "p_user_id": user_id,
@@ -132,15 +147,14 @@ class PipelineRepository:
             "p_lock_pid": lease.pid,
             "p_lock_since": lease.backend_start,
         }
-        row = (await self.session.execute(_CLAIM, params)).first()
-        return None if row is None else ChunkRow(**row._asdict())
+        row = (await self.session.execute(_CLAIM, params)).one()._asdict()
 
-    async def lock_held(self, lease: Lease) -> bool:
-        """Whether the backend that took `lease` is still alive, and so still holds it."""
-        held = await self.session.scalar(
-            select(_LOCK_HELD), {"p_lock_pid": lease.pid, "p_lock_since": lease.backend_start}
-        )
-        return bool(held)
+        def chunk(prefix: str) -> ChunkRow | None:
+            if row[f"{prefix}id"] is None:
+                return None
+            return ChunkRow(**{name: row[f"{prefix}{name}"] for name in _COLUMNS})
+
+        return Claim(lock_held=bool(row["lock_held"]), claimed=chunk("claimed_"), next=chunk("next_"))
 
     async def mark_applied(self, claims: Sequence[tuple[ChunkRow, int, uuid.UUID]]) -> set[uuid.UUID]:
         """Flip each (chunk, the attempt it was claimed as, its changeset) to `applied`; the ids of

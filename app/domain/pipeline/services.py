@@ -26,7 +26,7 @@ from app.domain.audit.services import record_event
 from app.domain.memories.services import ApplyLimits, ApplyRequest, Provenance, Shown
 from app.domain.pipeline.applier import Applier, Result
 from app.domain.pipeline.locks import Lease, ScopeLocks, scope_lock_key
-from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
+from app.domain.pipeline.repositories import ChunkRow, Claim, PipelineRepository
 from app.domain.search.services import Searcher
 from app.embeddings import Embedder
 from app.lib import metrics
@@ -167,9 +167,10 @@ async def _process_next(
     """
     settings = deps.settings
     async with AsyncSession(deps.reads, expire_on_commit=False) as session:
-        chunk = await PipelineRepository(session).claim_next(tenant_id, user_id, settings.max_attempts, lease)
-        if chunk is None:  # the common case is an empty scope; otherwise find out why
-            return await _nothing_claimed(session, deps, tenant_id, user_id, run, lease)
+        claim = await PipelineRepository(session).claim_next(tenant_id, user_id, settings.max_attempts, lease)
+        chunk = claim.claimed
+        if chunk is None:  # the common case is an empty scope
+            return await _nothing_claimed(deps, claim, run)
         writer = deps.writers.get(chunk.writer, await deps.tenant_writer(session, tenant_id))
         # Writers plugged in by import path may predate `context_messages`; they get the default.
         request, shown = await _build_request(
@@ -250,17 +251,14 @@ async def _process_next(
     return True
 
 
-async def _nothing_claimed(
-    session: AsyncSession, deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: ScopeRun, lease: Lease
-) -> bool:
+async def _nothing_claimed(deps: PipelineDeps, claim: Claim, run: ScopeRun) -> bool:
     """Why the claim took nothing: the lock is gone, the scope is empty, its next chunk has used up its
     attempts (failed now: True, go on), or it is backing off (`run.retry_at`)."""
     settings = deps.settings
-    repo = PipelineRepository(session)
-    if not await repo.lock_held(lease):
+    pending = claim.next
+    if not claim.lock_held:
         run.lost_lock = True
         return False
-    pending = await repo.next_pending(tenant_id, user_id)
     if pending is None:
         return False
     if pending.attempts >= settings.max_attempts:
@@ -271,7 +269,10 @@ async def _nothing_claimed(
         metrics.CHUNKS_FINISHED.labels("failed", pending.writer or "default").inc()
         run.failed += 1
         return True
-    run.retry_at = pending.available_at
+    # Backing off; or, if it was due, changed under the claim (a concurrent retry or purge): look again
+    # in a moment.
+    now = datetime.now(UTC)
+    run.retry_at = pending.available_at if pending.available_at > now else now + timedelta(seconds=1)
     return False
 
 

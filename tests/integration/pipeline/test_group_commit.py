@@ -32,9 +32,13 @@ async def claim(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> Chunk
     lease = await deps.locks.try_acquire(scope_lock_key(tenant_id, user_id))
     assert lease is not None
     async with AsyncSession(deps.reads) as session:
-        chunk = await PipelineRepository(session).claim_next(tenant_id, user_id, 5, lease)
-    assert chunk is not None
-    return chunk
+        claim = await PipelineRepository(session).claim_next(tenant_id, user_id, 5, lease)
+    assert claim.lock_held
+    assert claim.claimed is not None
+    assert claim.next is not None
+    assert claim.next.id == claim.claimed.id
+    assert (claim.next.attempts, claim.claimed.attempts) == (0, 1)
+    return claim.claimed
 
 
 def batches() -> tuple[float, float]:
