@@ -55,6 +55,21 @@ bank AS (
 )"""
 
 
+# Per query vector (each cast once), the exact route of a vector-only search of one scope.
+_NEAREST_IN_SCOPE = text(
+    """SELECT q.ord, b.id, b.user_id, b.agent_id, b.run_id, b.content, b.tags, b.owner, b.status, b.version,
+       b.memory_at, b.created_at, b.updated_at, 1 - v.distance AS score, 1 - v.distance AS similarity
+FROM unnest(CAST(CAST(:embeddings AS text[]) AS vector[])) WITH ORDINALITY AS q(e, ord)
+CROSS JOIN LATERAL (
+    SELECT id, embedding <=> q.e AS distance FROM memories
+    WHERE tenant_id = :tenant_id AND user_id = :user_id AND status = 'active' AND embedding IS NOT NULL
+    ORDER BY (embedding <=> q.e) + 0 LIMIT :top_k
+) v
+JOIN memories b ON b.id = v.id
+ORDER BY q.ord, v.distance, b.created_at, b.id"""
+)
+
+
 @dataclass(frozen=True)
 class Hit:
     """A memory found by a search, as it stands (or stood, with as_of), and how well it matched."""
@@ -225,22 +240,39 @@ class SearchRepository:
             "as_of": as_of,
         }
         rows = await self.session.execute(stmt, params)  # parameters a statement lacks are ignored
-        return [
-            Hit(
-                id=r.id,
-                user_id=r.user_id,
-                agent_id=r.agent_id,
-                run_id=r.run_id,
-                content=r.content,
-                tags=list(r.tags),
-                owner=r.owner,
-                status=r.status,
-                version=r.version,
-                memory_at=r.memory_at,
-                created_at=r.created_at,
-                updated_at=r.updated_at,
-                score=float(r.score),
-                similarity=None if r.similarity is None else float(r.similarity),
-            )
-            for r in rows
-        ]
+        return [_hit(r) for r in rows]
+
+    async def nearest_in_scope(
+        self, tenant_id: uuid.UUID, user_id: str, embeddings: Sequence[Sequence[float]], top_k: int
+    ) -> list[list[Hit]]:
+        """For each vector, the scope's `top_k` nearest active memories, exactly, in one statement (the
+        writer's candidates for several texts at once); ordered as `search` orders a vector search."""
+        params = {
+            "tenant_id": tenant_id,
+            "user_id": user_id,
+            "embeddings": [str(list(map(float, e))) for e in embeddings],
+            "top_k": top_k,
+        }
+        found: list[list[Hit]] = [[] for _ in embeddings]
+        for row in await self.session.execute(_NEAREST_IN_SCOPE, params):
+            found[row.ord - 1].append(_hit(row))
+        return found
+
+
+def _hit(r: Any) -> Hit:
+    return Hit(
+        id=r.id,
+        user_id=r.user_id,
+        agent_id=r.agent_id,
+        run_id=r.run_id,
+        content=r.content,
+        tags=list(r.tags),
+        owner=r.owner,
+        status=r.status,
+        version=r.version,
+        memory_at=r.memory_at,
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+        score=float(r.score),
+        similarity=None if r.similarity is None else float(r.similarity),
+    )

@@ -131,8 +131,12 @@ class Searcher:
         if not texts:
             return []
         await self.check_embedder(session)
+        embeddings = await self.embedder.embed(list(texts))
+        repo = SearchRepository(session)
+        if not await self._large_scope(repo, tenant_id, user_id):
+            return await repo.nearest_in_scope(tenant_id, user_id, embeddings, limit)  # all in one statement
         found = []
-        for text_, embedding in zip(texts, await self.embedder.embed(list(texts)), strict=True):
+        for text_, embedding in zip(texts, embeddings, strict=True):
             query = SearchQuery(text_, user_id, top_k=limit, threshold=None, mode="vector")
             found.append(await self._run(session, tenant_id, user_id, embedding, query))
         return found

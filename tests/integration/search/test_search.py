@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.models import Memory
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
+from app.domain.search.services import Searcher
 from app.embeddings import HashingEmbedder
 from app.server.asgi import create_app
 from app.writers.base import Op, OpKind
@@ -367,3 +368,27 @@ async def test_a_large_scope_with_a_tiny_ef_search_still_gets_the_exact_top_k(
         )
     expected = brute_force(dict(zip(ids, contents, strict=True)), query, 10)
     assert [round(r["score"], 5) for r in results] == [round(s, 5) for _, s in expected]
+
+
+@pytest.mark.parametrize("min_scope", [20_000, 1], ids=["exact", "hnsw"])
+async def test_writer_candidates_for_several_texts_equal_brute_force(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys, min_scope: int
+) -> None:
+    """The writer's candidates for many texts (one statement on a scope's exact route) are, for each
+    text, the scope's exact nearest memories, as a search would rank them."""
+    rng = random.Random(5)
+    contents = [sentence(rng) for _ in range(120)]
+    ids = await add(sessionmaker, tenant.tenant_id, "w", contents)
+    await add(sessionmaker, tenant.tenant_id, "other", [sentence(rng) for _ in range(60)])
+    searcher = Searcher(settings.model_copy(update={"search_hnsw_min_scope": min_scope}), EMBEDDER)
+    queries = [" ".join(rng.sample(WORDS, 2)) for _ in range(6)]
+    async with sessionmaker() as session:
+        ranked = await searcher.writer_candidates(session, tenant.tenant_id, "w", [*queries, "  "], 8)
+    mine = dict(zip(ids, contents, strict=True))
+    assert len(ranked) == len(queries)  # a blank text asks for nothing
+    for query, hits in zip(queries, ranked, strict=True):
+        expected = brute_force(mine, query, 8)
+        assert [round(h.score, 5) for h in hits] == [round(s, 5) for _, s in expected]
+        assert {h.id for h in hits} <= set(mine)
+        tenth = expected[-1][1]
+        assert {i for i, s in expected if s > tenth + 1e-5} <= {h.id for h in hits}
