@@ -19,7 +19,7 @@ from app.domain.ingest.schemas import BatchAccepted, BatchIn, ChunkAccepted, Chu
 from app.lib.errors import ApiError
 
 IdempotencyKey = Annotated[
-    str | None, HeaderParameter(header="Idempotency-Key", required=False, max_length=200, min_length=1)
+    str | None, HeaderParameter(name="Idempotency-Key", required=False, max_length=200, min_length=1)
 ]
 
 
