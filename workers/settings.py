@@ -36,7 +36,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     configure_logging(settings.log_level, settings.log_format, process="worker")
     ctx["settings"] = settings
     ctx["engine"] = create_engine(
-        settings, application_name="memstore-worker", pre_ping=False, overflow=False, generic_plans=True
+        settings, application_name="memstore-worker", pre_ping=False, overflow=False
     )
     ctx["worker_name"] = worker_name()
     ctx["pipeline"] = PipelineDeps(

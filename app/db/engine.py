@@ -13,7 +13,6 @@ def create_engine(
     *,
     pre_ping: bool = True,
     overflow: bool = True,
-    generic_plans: bool = False,
 ) -> AsyncEngine:
     """An asyncpg engine tagged with `application_name`, so `pg_stat_activity` shows who is connected.
 
@@ -25,12 +24,6 @@ def create_engine(
     `overflow` allows `db_max_overflow` connections beyond the pool in a burst; each is opened and
     closed again, which costs Postgres a backend start and asyncpg's type introspection (~10 ms of
     server CPU). Workers, busy for long stretches, wait for a pooled connection instead.
-
-    `generic_plans` has Postgres plan each prepared statement once per connection instead of on
-    every execution. Worker statements are all scoped lookups and bulk writes whose best plan does
-    not depend on the values bound, and planning them each time (the chunk claim: ~0.4 ms) was a
-    quarter of the server's CPU per chunk. The API's search plans do depend on them; it keeps the
-    default.
     """
     if settings.database_url is None:
         msg = "MEMSTORE_DATABASE_URL is not set (run `memstore up` for the embedded stack)"
@@ -41,10 +34,7 @@ def create_engine(
         max_overflow=settings.db_max_overflow if overflow else 0,
         pool_pre_ping=pre_ping,
         connect_args={
-            "server_settings": {
-                "application_name": application_name,
-                **({"plan_cache_mode": "force_generic_plan"} if generic_plans else {}),
-            },
+            "server_settings": {"application_name": application_name},
             "timeout": settings.db_connect_timeout_s,
         },
     )
