@@ -1,26 +1,24 @@
 """An OpenAI-compatible `/v1/embeddings` client (vLLM, text-embeddings-inference, any provider).
 
 Texts go in batches of `batch_size`; each request has a timeout and is retried with jittered
-exponential backoff on timeouts, connection errors, 429 (honouring `Retry-After`) and 5xx. Vectors
-are L2-normalised here, so cosine distance is right whatever the server returns, and a vector of
-the wrong dimension is an error, never stored.
+exponential backoff on timeouts, connection errors, 429 (honouring `Retry-After`) and 5xx, over the
+same pooled client and retry policy as the writers (`app.lib.http`). Vectors are L2-normalised here,
+so cosine distance is right whatever the server returns, and a vector of the wrong dimension is an
+error, never stored.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import json
 import math
-import random
 from typing import Any
 
-import httpx
 import structlog
 
-log = structlog.get_logger(__name__)
+from app.lib.http import RETRY_STATUSES, TRANSIENT_ERRORS, Endpoint, RetryPolicy
 
-_RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
-_MAX_RETRY_AFTER_S = 30.0
+log = structlog.get_logger(__name__)
 
 
 class EmbeddingError(RuntimeError):
@@ -50,31 +48,16 @@ class OpenAIEmbedder:
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
         self.model = model
         self.dim = dim
         self.name = f"openai:{model}:{dim}"
-        self.api_key = api_key
         self.batch_size = batch_size
         self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.backoff_max_s = backoff_max_s
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self._client = httpx.AsyncClient(headers=headers, timeout=self.timeout_s)
-            self._client_loop = loop
-        return self._client
+        self.endpoint = Endpoint(base_url, api_key=api_key, timeout_s=timeout_s)
+        self.retries = RetryPolicy(max_retries, backoff_s, backoff_max_s)
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self.endpoint.aclose()
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         vectors: list[list[float]] = []
@@ -84,28 +67,35 @@ class OpenAIEmbedder:
 
     async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         body = {"model": self.model, "input": texts, "encoding_format": "float"}
-        url = f"{self.base_url}/embeddings"
         last_error = "no attempt made"
-        for attempt in range(self.max_retries + 1):
-            delay = min(self.backoff_max_s, self.backoff_s * 2**attempt) * random.uniform(0.8, 1.2)  # noqa: S311
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after = None
             try:
-                response = await self._http().post(url, json=body)
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                answer = await self.endpoint.post("embeddings", body)
+            except TimeoutError:
+                last_error = f"TimeoutError: no answer within {self.timeout_s:g} s"
+            except TRANSIENT_ERRORS as exc:
                 last_error = f"{type(exc).__name__}: {exc}"
             else:
-                if response.status_code == 200:
-                    return self._vectors(response.json(), len(texts))
-                last_error = f"HTTP {response.status_code}: {response.text[:200]}"
-                if response.status_code not in _RETRY_STATUSES:
+                if answer.status == 200:
+                    try:
+                        payload = json.loads(answer.text)
+                    except json.JSONDecodeError as exc:
+                        msg = f"malformed embeddings response: {exc}"
+                        raise EmbeddingError(msg) from exc
+                    return self._vectors(payload, len(texts))
+                last_error = f"HTTP {answer.status}: {answer.text[:200]}"
+                if answer.status not in RETRY_STATUSES:
                     break
-                retry_after = response.headers.get("Retry-After")
-                if retry_after is not None:
-                    with contextlib.suppress(ValueError):
-                        delay = min(_MAX_RETRY_AFTER_S, float(retry_after))
-            if attempt < self.max_retries:
-                log.info("embedder.retry", attempt=attempt + 1, error=last_error, delay_s=round(delay, 2))
-                await asyncio.sleep(delay)
-        msg = f"embedding request to {url} failed: {last_error}"
+                retry_after = answer.retry_after
+            if attempt > self.retries.max_retries:
+                break
+            wait = self.retries.wait_s(attempt, retry_after)
+            log.info("embedder.retry", attempt=attempt, error=last_error, delay_s=round(wait, 2))
+            await asyncio.sleep(wait)
+        msg = f"embedding request to {self.endpoint.base_url}embeddings failed: {last_error}"
         raise EmbeddingError(msg)
 
     def _vectors(self, payload: Any, expected: int) -> list[list[float]]:

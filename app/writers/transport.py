@@ -1,19 +1,15 @@
 """Calling an OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp's server, any provider).
 
-One `ChatTransport` per configured writer and process: a pooled HTTP client (aiohttp: its connection
-pool costs the same per request at 256 connections as at 4, where httpcore's scans every pooled
-connection on each request), a cap on requests in
-flight (a GPU server batches what it is sent; more only queues there and times out here), retries
-with jittered exponential backoff on timeouts, connection errors, 429 (honouring `Retry-After`) and
-5xx, and structured output where the server supports it: the JSON schema is sent as
-`response_format`, and a server that rejects it is remembered and asked again without.
+One `ChatTransport` per configured writer and process: a pooled HTTP client with a cap on requests
+in flight and retries with jittered backoff (`app.lib.http`, shared with the embedder), and
+structured output where the server supports it: the JSON schema is sent as `response_format`, and a
+server that rejects it is remembered and asked again without.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -22,13 +18,12 @@ import aiohttp
 import structlog
 
 from app.lib import metrics
+from app.lib.http import RETRY_STATUSES, Endpoint, RetryPolicy
 from app.writers.base import WriterError
 
 log = structlog.get_logger(__name__)
 
 ResponseFormat = Literal["auto", "json_schema", "json_object", "none"]
-_RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-_MAX_RETRY_AFTER_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -70,33 +65,18 @@ class ChatTransport:
     def __init__(self, config: TransportConfig, *, writer: str = "") -> None:
         self.config = config
         self.writer = writer or config.model
-        self._client: aiohttp.ClientSession | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-        self._slots: asyncio.Semaphore | None = None
+        self.endpoint = Endpoint(
+            config.base_url,
+            api_key=config.api_key,
+            timeout_s=config.timeout_s,
+            max_concurrency=config.max_concurrency,
+        )
+        self.retries = RetryPolicy(config.max_retries, config.backoff_s, config.backoff_max_s)
         # "auto" starts with the schema and drops it for good if the server refuses it.
         self._format: ResponseFormat = config.response_format
 
-    def _http(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._slots is None or self._client_loop is not loop:
-            headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
-            self._client = aiohttp.ClientSession(
-                base_url=self.config.base_url.rstrip("/") + "/",
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(
-                    total=self.config.timeout_s, connect=min(5.0, self.config.timeout_s)
-                ),
-                connector=aiohttp.TCPConnector(limit=self.config.max_concurrency, limit_per_host=0),
-                raise_for_status=False,
-            )
-            self._slots = asyncio.Semaphore(self.config.max_concurrency)
-            self._client_loop = loop
-        return self._client, self._slots
-
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self.endpoint.aclose()
 
     def _body(
         self, messages: list[dict[str, str]], max_tokens: int, schema: dict[str, Any] | None, name: str
@@ -125,25 +105,25 @@ class ChatTransport:
         schema_name: str = "memory_ops",
     ) -> Completion:
         """The model's answer to `messages`; raises `TransportError` once retries are spent."""
-        client, slots = self._http()
         started = time.perf_counter()
         attempt = 0
-        async with slots:
+        async with self.endpoint.slot():
             while True:
                 attempt += 1
                 body = self._body(messages, max_tokens, schema, schema_name)
-                outcome, delay, detail = "ok", 0.0, ""
+                outcome, retry_after, detail = "ok", None, ""
                 try:
-                    status, text, retry_after = await _post(client, body)
+                    answer = await self.endpoint.post("chat/completions", body)
                 except TimeoutError:
                     outcome, detail = "timeout", f"no answer within {self.config.timeout_s:g} s"
                 except aiohttp.ClientError as exc:
                     outcome, detail = "connect_error", f"{type(exc).__name__}: {exc}"
                 else:
+                    status = answer.status
                     if status == 200:
                         metrics.WRITER_REQUESTS.labels(self.writer, "ok").inc()
-                        return _completion(text, time.perf_counter() - started, attempt)
-                    detail = f"HTTP {status}: {text[:300]}"
+                        return _completion(answer.text, time.perf_counter() - started, attempt)
+                    detail = f"HTTP {status}: {answer.text[:300]}"
                     if status in (400, 422) and "response_format" in body and self._format == "auto":
                         # The server does not do structured output; ask again in plain JSON prompting.
                         log.warning("writer.response_format_unsupported", writer=self.writer, detail=detail)
@@ -152,36 +132,19 @@ class ChatTransport:
                         attempt -= 1
                         continue
                     outcome = "http_429" if status == 429 else f"http_{status // 100}xx"
-                    if status not in _RETRY_STATUSES:
+                    if status not in RETRY_STATUSES:
                         metrics.WRITER_REQUESTS.labels(self.writer, outcome).inc()
                         raise TransportError(f"writer endpoint refused the request ({detail})")
-                    delay = _retry_after(retry_after)
+                    retry_after = answer.retry_after
                 metrics.WRITER_REQUESTS.labels(self.writer, outcome).inc()
                 if attempt > self.config.max_retries:
                     msg = f"writer endpoint failed after {attempt} attempts ({detail})"
                     raise TransportError(msg)
-                backoff = min(self.config.backoff_max_s, self.config.backoff_s * 2 ** (attempt - 1))
-                wait = max(delay, backoff * random.uniform(0.5, 1.5))  # noqa: S311  (jitter)
+                wait = self.retries.wait_s(attempt, retry_after)
                 log.info(
                     "writer.request_retry", writer=self.writer, attempt=attempt, wait_s=wait, reason=detail
                 )
                 await asyncio.sleep(wait)
-
-
-async def _post(client: aiohttp.ClientSession, body: dict[str, Any]) -> tuple[int, str, str | None]:
-    """Status, body text and `Retry-After` of one POST; the body is read whole within the timeout."""
-    async with client.post("chat/completions", json=body) as response:
-        text = await response.text(errors="replace")
-        return response.status, text, response.headers.get("retry-after")
-
-
-def _retry_after(value: str | None) -> float:
-    if value is None:
-        return 0.0
-    try:
-        return min(_MAX_RETRY_AFTER_S, max(0.0, float(value)))
-    except ValueError:
-        return 0.0
 
 
 def _completion(body: str, latency_s: float, attempts: int) -> Completion:
