@@ -8,9 +8,10 @@ in the versions it writes and in the audit log, exactly as the admin API would r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
@@ -70,6 +71,18 @@ def _run(
                 err=True,
             )
         raise typer.Exit(1) from exc
+
+
+@contextlib.asynccontextmanager
+async def _embedder() -> AsyncIterator[Any]:
+    """The configured embedder (an undo may embed a restored text again), closed afterwards."""
+    from app.embeddings import embedder_from_settings
+
+    embedder = embedder_from_settings(get_settings())
+    try:
+        yield embedder
+    finally:
+        await embedder.aclose()
 
 
 def _who(reason: str | None = None) -> Any:
@@ -136,9 +149,16 @@ def register(cli: typer.Typer) -> None:
         from app.domain.history.services import rollback_memory
 
         async def work(session: AsyncSession, tenant_id: uuid.UUID, _: Any) -> Any:
-            return await rollback_memory(
-                session, tenant_id, memory_id, to_version=to_version, who=_who(reason), dry_run=dry_run
-            )
+            async with _embedder() as embedder:
+                return await rollback_memory(
+                    session,
+                    tenant_id,
+                    memory_id,
+                    to_version=to_version,
+                    who=_who(reason),
+                    embedder=embedder,
+                    dry_run=dry_run,
+                )
 
         show_diff(_run(work, tenant))
 
@@ -163,23 +183,31 @@ def register(cli: typer.Typer) -> None:
             raise typer.Exit(2)
 
         async def work(session: AsyncSession, tenant_id: uuid.UUID, _: Any) -> Any:
-            if changeset_id is not None:
-                return await revert_changeset(
-                    session, tenant_id, changeset_id, who=_who(reason), force=force, dry_run=dry_run
+            async with _embedder() as embedder:
+                if changeset_id is not None:
+                    return await revert_changeset(
+                        session,
+                        tenant_id,
+                        changeset_id,
+                        who=_who(reason),
+                        embedder=embedder,
+                        force=force,
+                        dry_run=dry_run,
+                    )
+                assert since is not None
+                return await bulk_revert(
+                    session,
+                    tenant_id,
+                    since=_moment(since),
+                    until=_moment(until) if until else None,
+                    writer=writer,
+                    model=model,
+                    user_id=user_id,
+                    who=_who(reason),
+                    embedder=embedder,
+                    force=force,
+                    dry_run=dry_run,
                 )
-            assert since is not None
-            return await bulk_revert(
-                session,
-                tenant_id,
-                since=_moment(since),
-                until=_moment(until) if until else None,
-                writer=writer,
-                model=model,
-                user_id=user_id,
-                who=_who(reason),
-                force=force,
-                dry_run=dry_run,
-            )
 
         show_diff(_run(work, tenant))
 
@@ -195,9 +223,16 @@ def register(cli: typer.Typer) -> None:
         from app.domain.history.services import restore_user
 
         async def work(session: AsyncSession, tenant_id: uuid.UUID, _: Any) -> Any:
-            return await restore_user(
-                session, tenant_id, user_id, as_of=_moment(as_of), who=_who(reason), dry_run=dry_run
-            )
+            async with _embedder() as embedder:
+                return await restore_user(
+                    session,
+                    tenant_id,
+                    user_id,
+                    as_of=_moment(as_of),
+                    who=_who(reason),
+                    embedder=embedder,
+                    dry_run=dry_run,
+                )
 
         show_diff(_run(work, tenant))
 

@@ -118,6 +118,7 @@ class AdminHistoryController(Controller):
             memory_id,
             to_version=data.to_version,
             who=_who(request, data.reason),
+            embedder=request.app.state.searcher.embedder,
             dry_run=data.dry_run,
         )
         return DiffOut.of(result)
@@ -136,6 +137,7 @@ class AdminHistoryController(Controller):
             request.user.tenant_id,
             changeset_id,
             who=_who(request, body.reason),
+            embedder=request.app.state.searcher.embedder,
             force=body.force,
             dry_run=body.dry_run,
         )
@@ -157,6 +159,7 @@ class AdminHistoryController(Controller):
             user_id,
             as_of=data.as_of,
             who=_who(request, data.reason),
+            embedder=request.app.state.searcher.embedder,
             dry_run=data.dry_run,
         )
         return DiffOut.of(result)
@@ -174,6 +177,7 @@ class AdminHistoryController(Controller):
             model=data.model,
             user_id=data.user_id,
             who=_who(request, data.reason),
+            embedder=request.app.state.searcher.embedder,
             force=data.force,
             dry_run=data.dry_run,
         )

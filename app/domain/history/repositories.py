@@ -21,8 +21,9 @@ _m = MEMORIES.c
 _v = VERSIONS.c
 
 # One INSERT ... SELECT writes every new version of a restoration: the state is copied from the
-# source version inside Postgres (vectors never travel to the application), with the vector in force
-# at that version, and `p.status` overriding the status (an undone ADD becomes `deleted`).
+# source version inside Postgres, and `p.status` overrides the status (an undone ADD becomes
+# `deleted`). The vector: one the caller embedded afresh (`stale_vectors`), else the head's own if the
+# text is the head's (it follows a re-embedding), else the one in force at the source version.
 _INSERT_RESTORED = text(
     """
     INSERT INTO memory_versions (
@@ -30,7 +31,8 @@ _INSERT_RESTORED = text(
         embedding, changeset_id, actor, reason)
     SELECT tv.tenant_id, tv.user_id, tv.memory_id, p.new_version, :op, tv.content, tv.tags, tv.owner,
            p.status, tv.memory_at,
-           COALESCE(tv.embedding, (
+           COALESCE(CAST(f.vector AS vector), CASE WHEN tv.content = m.content THEN m.embedding END,
+               tv.embedding, (
                SELECT e.embedding FROM memory_versions e
                WHERE e.memory_id = tv.memory_id AND e.version < tv.version AND e.embedding IS NOT NULL
                ORDER BY e.version DESC LIMIT 1)),
@@ -41,6 +43,8 @@ _INSERT_RESTORED = text(
     CROSS JOIN LATERAL (
         SELECT * FROM memory_versions v WHERE v.memory_id = p.memory_id AND v.version = p.source_version
     ) tv
+    JOIN memories m ON m.id = p.memory_id
+    LEFT JOIN unnest(:fresh_ids, :fresh_vectors) AS f(memory_id, vector) ON f.memory_id = p.memory_id
     WHERE tv.tenant_id = :tenant_id AND tv.user_id = :user_id
     """
 ).bindparams(
@@ -48,6 +52,30 @@ _INSERT_RESTORED = text(
     bindparam("source_versions", type_=ARRAY(Integer)),
     bindparam("new_versions", type_=ARRAY(Integer)),
     bindparam("statuses", type_=ARRAY(String)),
+    bindparam("fresh_ids", type_=ARRAY(UUID(as_uuid=True))),
+    bindparam("fresh_vectors", type_=ARRAY(String)),
+)
+
+# Restorations whose text differs from the head's and whose stored vector was written before the
+# current embedder was recorded (`embedding_config.updated_at`: its first use, or the end of the last
+# `memstore reembed`): the vector may come from another model.
+_STALE_VECTORS = text(
+    """
+    SELECT p.memory_id, tv.content
+    FROM unnest(:memory_ids, :source_versions) AS p(memory_id, source_version)
+    JOIN memory_versions tv ON tv.memory_id = p.memory_id AND tv.version = p.source_version
+    JOIN memories m ON m.id = p.memory_id
+    CROSS JOIN LATERAL (
+        SELECT e.created_at FROM memory_versions e
+        WHERE e.memory_id = tv.memory_id AND e.version <= tv.version AND e.embedding IS NOT NULL
+        ORDER BY e.version DESC LIMIT 1
+    ) written
+    WHERE tv.tenant_id = :tenant_id AND tv.content <> m.content
+      AND written.created_at < (SELECT updated_at FROM embedding_config WHERE id = 1)
+    """
+).bindparams(
+    bindparam("memory_ids", type_=ARRAY(UUID(as_uuid=True))),
+    bindparam("source_versions", type_=ARRAY(Integer)),
 )
 
 # ... and one UPDATE moves the heads to the versions just written under the changeset.
@@ -241,10 +269,13 @@ class HistoryRepository:
         actor: str,
         reason: str | None,
         restorations: Sequence[Restoration],
+        vectors: dict[uuid.UUID, list[float]] | None = None,
     ) -> None:
-        """New versions for every restoration and the heads moved to them: two statements in all."""
+        """New versions for every restoration and the heads moved to them: two statements in all.
+        `vectors`: fresh vectors for some of the memories, instead of the stored ones."""
         if not restorations:
             return
+        vectors = vectors or {}
         await self.session.execute(
             _INSERT_RESTORED,
             {
@@ -258,11 +289,30 @@ class HistoryRepository:
                 "source_versions": [r.source_version for r in restorations],
                 "new_versions": [r.new_version for r in restorations],
                 "statuses": [r.status for r in restorations],
+                "fresh_ids": list(vectors),
+                "fresh_vectors": [str(list(map(float, v))) for v in vectors.values()],
             },
         )
         # Through the new versions' changeset index and the primary key: a handful of rows for a
         # revert, the whole bank for a restore, and never a scan of every memory of the tenant.
         await self.session.execute(_UPDATE_HEADS, {"changeset_id": changeset_id})
+
+    async def stale_vectors(
+        self, tenant_id: uuid.UUID, restorations: Sequence[Restoration]
+    ) -> list[tuple[uuid.UUID, str]]:
+        """(memory, text) of the restorations whose stored vector may be another model's (see
+        `_STALE_VECTORS`): they need embedding again."""
+        if not restorations:
+            return []
+        rows = await self.session.execute(
+            _STALE_VECTORS,
+            {
+                "tenant_id": tenant_id,
+                "memory_ids": [r.memory_id for r in restorations],
+                "source_versions": [r.source_version for r in restorations],
+            },
+        )
+        return [(row.memory_id, row.content) for row in rows]
 
     # --- changesets ------------------------------------------------------------------------------
 

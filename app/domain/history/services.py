@@ -25,6 +25,7 @@ from app.domain.history.repositories import HistoryRepository, Restoration
 from app.domain.memories.repositories import ChangesetRepository, VersionState
 from app.domain.memories.services import get_memory
 from app.domain.pipeline.locks import scope_lock_key
+from app.embeddings import Embedder
 from app.lib.errors import ApiError, ConflictError, NotFoundError
 
 
@@ -89,6 +90,7 @@ async def write_restorations(
     kind: str,
     op: str,
     who: Actor,
+    embedder: Embedder,
     target: dict[str, Any],
     heads: dict[uuid.UUID, VersionState],
     targets: dict[uuid.UUID, VersionState],
@@ -124,7 +126,12 @@ async def write_restorations(
             }
         ]
     )
-    await HistoryRepository(session).write_restorations(
+    repo = HistoryRepository(session)
+    # A restored text whose stored vector predates the current embedder (a `memstore reembed` since)
+    # is embedded again: the bank never mixes vectors of two models.
+    stale = await repo.stale_vectors(tenant_id, restorations)
+    fresh = await embedder.embed([content for _, content in stale]) if stale else []
+    await repo.write_restorations(
         tenant_id=tenant_id,
         user_id=user_id,
         changeset_id=changeset_id,
@@ -132,6 +139,7 @@ async def write_restorations(
         actor=who.actor,
         reason=who.reason,
         restorations=restorations,
+        vectors={memory_id: vector for (memory_id, _), vector in zip(stale, fresh, strict=True)},
     )
     result.changeset_ids.append(changeset_id)
 
@@ -146,6 +154,7 @@ async def rollback_memory(
     *,
     to_version: int,
     who: Actor,
+    embedder: Embedder,
     dry_run: bool = False,
 ) -> UndoResult:
     """The memory becomes what it was at `to_version` (a new version, op ROLLBACK)."""
@@ -169,6 +178,7 @@ async def rollback_memory(
         kind="rollback",
         op="ROLLBACK",
         who=who,
+        embedder=embedder,
         target={"memory_id": str(memory_id), "to_version": to_version},
         heads=heads,
         targets={memory_id: source},
@@ -197,6 +207,7 @@ async def revert_changeset(
     changeset_id: uuid.UUID,
     *,
     who: Actor,
+    embedder: Embedder,
     force: bool = False,
     dry_run: bool = False,
 ) -> UndoResult:
@@ -206,7 +217,9 @@ async def revert_changeset(
         raise NotFoundError("No such changeset.")
     if changeset.status == "reverted":
         raise ConflictError("The changeset is already reverted.", code="already_reverted")
-    result = await revert_changesets(session, tenant_id, [changeset], who=who, force=force, dry_run=dry_run)
+    result = await revert_changesets(
+        session, tenant_id, [changeset], who=who, embedder=embedder, force=force, dry_run=dry_run
+    )
     if not dry_run:
         await _audit(session, tenant_id, who, "changeset.reverted", "changeset", str(changeset_id), result)
     return result
@@ -222,6 +235,7 @@ async def bulk_revert(
     model: str | None,
     user_id: str | None,
     who: Actor,
+    embedder: Embedder,
     force: bool = False,
     dry_run: bool = False,
 ) -> UndoResult:
@@ -238,7 +252,9 @@ async def bulk_revert(
         until=until,
         lock=True,
     )
-    result = await revert_changesets(session, tenant_id, matching, who=who, force=force, dry_run=dry_run)
+    result = await revert_changesets(
+        session, tenant_id, matching, who=who, embedder=embedder, force=force, dry_run=dry_run
+    )
     if not dry_run:
         await _audit(
             session,
@@ -265,6 +281,7 @@ async def revert_changesets(
     changesets: Sequence[Changeset],
     *,
     who: Actor,
+    embedder: Embedder,
     force: bool,
     dry_run: bool,
 ) -> UndoResult:
@@ -308,6 +325,7 @@ async def revert_changesets(
             kind="revert",
             op="ROLLBACK",
             who=who,
+            embedder=embedder,
             target={"changesets": [str(c.id) for c in changesets if c.user_id == user_id]},
             heads=heads,
             targets=targets,
@@ -329,6 +347,7 @@ async def restore_user(
     *,
     as_of: datetime,
     who: Actor,
+    embedder: Embedder,
     dry_run: bool = False,
 ) -> UndoResult:
     """The user's bank becomes what it was at `as_of`: each memory takes the state it had then, and
@@ -343,6 +362,7 @@ async def restore_user(
         kind="restore",
         op="RESTORE",
         who=who,
+        embedder=embedder,
         target={"as_of": as_of.isoformat()},
         heads=heads,
         targets=targets,

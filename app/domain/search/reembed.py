@@ -7,7 +7,8 @@ walk ends the target becomes the recorded embedder. While a run is under way, se
 target embedder are allowed (the bank is partly re-embedded); others are refused.
 
 Version rows keep the vectors they were written with (history is append-only); `as_of` searches use
-the re-embedded vector of a memory whose content is unchanged since, which covers most of the past.
+the re-embedded vector of a memory whose content is unchanged since, which covers most of the past,
+and an undo that brings an older text back embeds it again (`HistoryRepository.stale_vectors`).
 """
 
 from __future__ import annotations

@@ -249,7 +249,7 @@ class Steps:
         to_version = 1 + version_pick % len(past)
         await self._undo(
             lambda s, d: history.rollback_memory(
-                s, self.tenant_id, memory_id, to_version=to_version, who=WHO, dry_run=d
+                s, self.tenant_id, memory_id, to_version=to_version, who=WHO, embedder=EMBEDDER, dry_run=d
             ),
             {memory_id: past[to_version - 1]},
             dry,
@@ -263,7 +263,13 @@ class Steps:
 
         def run(session: AsyncSession, dry_run: bool) -> Awaitable[history.UndoResult]:
             return history.revert_changeset(
-                session, self.tenant_id, changeset.id, who=WHO, force=force, dry_run=dry_run
+                session,
+                self.tenant_id,
+                changeset.id,
+                who=WHO,
+                embedder=EMBEDDER,
+                force=force,
+                dry_run=dry_run,
             )
 
         conflicts = {m for m, v in changeset.touches.items() if len(model.history[m]) > v}
@@ -301,7 +307,7 @@ class Steps:
         }
         await self._undo(
             lambda s, d: history.restore_user(
-                s, self.tenant_id, self.user_id, as_of=as_of, who=WHO, dry_run=d
+                s, self.tenant_id, self.user_id, as_of=as_of, who=WHO, embedder=EMBEDDER, dry_run=d
             ),
             targets,
             dry,

@@ -14,15 +14,17 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.db.models import EmbeddingConfig, Memory
+from app.db.models import EmbeddingConfig, Memory, MemoryVersion
+from app.domain.history import services as history
 from app.domain.search import services
 from app.domain.search.reembed import ReembedError, reembed
 from app.domain.search.services import EmbedderMismatchError, Searcher, record_embedder
 from app.embeddings import HashingEmbedder
 from app.embeddings.openai import OpenAIEmbedder
 from app.server.asgi import create_app
+from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys
-from tests.integration.search.test_search import add
+from tests.integration.search.test_search import add, change
 
 HASHING = HashingEmbedder(384)
 CONTENTS = [f"The user collects {kind} stamps." for kind in ("French", "Dutch", "Czech", "Greek", "Irish")]
@@ -133,3 +135,51 @@ async def test_a_running_process_notices_a_reembed_to_another_model(
     async with sessionmaker() as session:
         with pytest.raises(EmbedderMismatchError):
             await searcher.check_embedder(session)
+
+
+async def test_an_undo_after_a_reembed_keeps_the_bank_on_the_new_model(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    """Rolled back after `memstore reembed`: a text that comes back is embedded by the new model (its
+    stored vector is the old model's), and a memory whose text stays keeps its re-embedded vector."""
+    from tests.support.fake_llm import FakeLLM
+
+    french, dutch = "The user collects French stamps.", "The user collects Dutch stamps."
+    first, other = await add(sessionmaker, tenant.tenant_id, "u", [french, dutch])
+    async with sessionmaker() as session, session.begin():
+        await record_embedder(session, HASHING)
+    await change(
+        sessionmaker, tenant.tenant_id, first, Op(OpKind.UPDATE, "The user collects Greek stamps.", (0,))
+    )
+    await change(sessionmaker, tenant.tenant_id, other, Op(OpKind.DELETE, targets=(0,)))
+
+    with FakeLLM().in_thread() as server:
+        server.embed_text = reversed_model
+        embedder = OpenAIEmbedder(server.base_url, "all-MiniLM-L6-v2", 384)
+        assert (await reembed(sessionmaker, embedder)).finished
+        async with sessionmaker() as session, session.begin():
+            for memory_id in (first, other):
+                await history.rollback_memory(
+                    session,
+                    tenant.tenant_id,
+                    memory_id,
+                    to_version=1,
+                    who=history.Actor("test"),
+                    embedder=embedder,
+                )
+        await embedder.aclose()
+
+    async with sessionmaker() as session:
+        memories = {m.id: m for m in (await session.scalars(select(Memory))).all()}
+        restored = {
+            v.memory_id: v
+            for v in (await session.scalars(select(MemoryVersion).where(MemoryVersion.version == 3))).all()
+        }
+    for memory_id, content in ((first, french), (other, dutch)):
+        memory = memories[memory_id]
+        assert (memory.content, memory.status, memory.version) == (content, "active", 3)
+        assert memory.embedding is not None
+        want = reversed_model(content)
+        assert all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(memory.embedding, want, strict=True))
+        assert restored[memory_id].embedding is not None
+        assert list(restored[memory_id].embedding) == list(memory.embedding)
