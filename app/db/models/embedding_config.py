@@ -25,6 +25,8 @@ class EmbeddingConfig(Base):
     # (memories are walked in id order, so an interrupted run resumes after it).
     target_name: Mapped[str | None] = mapped_column(String(200))
     cursor: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # When a re-embedding last finished: vectors written before it are another model's (NULL: never).
+    changed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), nullable=False
     )

@@ -56,9 +56,9 @@ _INSERT_RESTORED = text(
     bindparam("fresh_vectors", type_=ARRAY(String)),
 )
 
-# Restorations whose text differs from the head's and whose stored vector was written before the
-# current embedder was recorded (`embedding_config.updated_at`: its first use, or the end of the last
-# `memstore reembed`): the vector may come from another model.
+# Restorations whose text differs from the head's and whose stored vector was written before the last
+# `memstore reembed` finished (`embedding_config.changed_at`): that vector is another model's. Without
+# a re-embedding ever, the one-time filter on `changed_at` skips the whole query.
 _STALE_VECTORS = text(
     """
     SELECT p.memory_id, tv.content
@@ -71,7 +71,8 @@ _STALE_VECTORS = text(
         ORDER BY e.version DESC LIMIT 1
     ) written
     WHERE tv.tenant_id = :tenant_id AND tv.content <> m.content
-      AND written.created_at < (SELECT updated_at FROM embedding_config WHERE id = 1)
+      AND (SELECT changed_at FROM embedding_config WHERE id = 1) IS NOT NULL
+      AND written.created_at < (SELECT changed_at FROM embedding_config WHERE id = 1)
     """
 ).bindparams(
     bindparam("memory_ids", type_=ARRAY(UUID(as_uuid=True))),

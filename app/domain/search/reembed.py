@@ -97,7 +97,13 @@ async def reembed(
                 await session.execute(
                     update(EmbeddingConfig)
                     .where(EmbeddingConfig.id == 1)
-                    .values(name=embedder.name, target_name=None, cursor=None, updated_at=func.now())
+                    .values(
+                        name=embedder.name,
+                        target_name=None,
+                        cursor=None,
+                        updated_at=func.now(),
+                        changed_at=func.now(),
+                    )
                 )
                 return ReembedOutcome(embedder.name, previous, total, done, resumed_from, finished=True)
             vectors = await embedder.embed([r.content for r in rows])

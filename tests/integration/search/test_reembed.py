@@ -183,3 +183,40 @@ async def test_an_undo_after_a_reembed_keeps_the_bank_on_the_new_model(
         assert all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(memory.embedding, want, strict=True))
         assert restored[memory_id].embedding is not None
         assert list(restored[memory_id].embedding) == list(memory.embedding)
+
+
+class CountingEmbedder(HashingEmbedder):
+    """The hashing embedder, counting the texts it is asked to embed."""
+
+    texts = 0
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.texts += len(texts)
+        return await super().embed(texts)
+
+
+async def test_without_a_reembed_an_undo_embeds_nothing(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    """The stored vectors are the recorded embedder's (recorded after they were written, even): an undo
+    copies them inside Postgres and asks the embedder for nothing."""
+    french = "The user collects French stamps."
+    [memory_id] = await add(sessionmaker, tenant.tenant_id, "u", [french])
+    await change(
+        sessionmaker, tenant.tenant_id, memory_id, Op(OpKind.UPDATE, "The user collects Irish stamps.", (0,))
+    )
+    async with sessionmaker() as session, session.begin():
+        await record_embedder(session, HASHING)
+    counting = CountingEmbedder(384)
+    async with sessionmaker() as session, session.begin():
+        await history.rollback_memory(
+            session, tenant.tenant_id, memory_id, to_version=1, who=history.Actor("test"), embedder=counting
+        )
+    assert counting.texts == 0
+    async with sessionmaker() as session:
+        memory = await session.get(Memory, memory_id)
+    assert memory is not None
+    assert (memory.content, memory.version) == (french, 3)
+    assert memory.embedding is not None
+    want = HASHING.embed_one(french)
+    assert all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(memory.embedding, want, strict=True))
