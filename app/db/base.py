@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import DateTime, MetaData, func
@@ -26,6 +27,12 @@ class Base(DeclarativeBase):
     metadata = metadata
     # Server defaults (created_at, status ...) come back with the INSERT via RETURNING.
     __mapper_args__ = {"eager_defaults": True}
+
+
+def vector_text(vector: Sequence[float]) -> str:
+    """pgvector's text input form of a vector: query vectors are bound as text and cast in SQL, which
+    is much cheaper to build than pgvector.sqlalchemy's element-by-element rendering."""
+    return "[" + ",".join(map(str, map(float, vector))) + "]"
 
 
 def uuid_pk() -> Mapped[uuid.UUID]:

@@ -13,6 +13,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import Integer, String
 
+from app.db.base import vector_text
 from app.db.models import AuditEvent, Changeset, Chunk, Memory, MemoryVersion, Scope
 from app.domain.memories.repositories import VERSIONS, VersionState, in_force_at
 
@@ -291,7 +292,7 @@ class HistoryRepository:
                 "new_versions": [r.new_version for r in restorations],
                 "statuses": [r.status for r in restorations],
                 "fresh_ids": list(vectors),
-                "fresh_vectors": [str(list(map(float, v))) for v in vectors.values()],
+                "fresh_vectors": [vector_text(v) for v in vectors.values()],
             },
         )
         # Through the new versions' changeset index and the primary key: a handful of rows for a

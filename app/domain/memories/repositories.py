@@ -12,6 +12,7 @@ from sqlalchemy import Table, any_, bindparam, func, insert, select, text, true,
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.base import vector_text
 from app.db.models import Changeset, Memory, MemoryVersion
 
 MEMORIES = cast("Table", Memory.__table__)
@@ -179,11 +180,6 @@ CLOSEST_ACTIVE = text(
     " WHERE memories.tenant_id = q.tenant_id AND memories.user_id = q.user_id"
     " AND memories.status = 'active' ORDER BY (memories.embedding <=> q.v) + 0 LIMIT 1) AS m"
 )
-
-
-def vector_text(vector: Sequence[float]) -> str:
-    """pgvector's text form of a vector."""
-    return "[" + ",".join(map(str, vector)) + "]"
 
 
 class MemoryRepository:

@@ -26,10 +26,11 @@ from typing import Any, Literal
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.base import vector_text
+
 Source = Literal["exact", "hnsw", "as_of"]
 
-# The query vector, bound as text: Python's list repr is pgvector's input format, and much cheaper to
-# build than pgvector.sqlalchemy's element-by-element rendering (this is on every search's path).
+# The query vector, bound as text (`vector_text`: this is on every search's path).
 _QUERY = "CAST(:embedding AS vector)"
 
 _AS_OF_BANK = """
@@ -227,9 +228,7 @@ class SearchRepository:
         params: dict[str, Any] = {
             "tenant_id": tenant_id,
             "user_id": user_id,
-            # Python's list repr is pgvector's text input format, and far cheaper to build than
-            # pgvector.sqlalchemy's element-by-element rendering (it is on every search's path).
-            "embedding": str(list(map(float, embedding))),
+            "embedding": vector_text(embedding),
             "tsquery": tsquery,
             "top_k": top_k,
             "pool": max(pool, top_k),
@@ -250,7 +249,7 @@ class SearchRepository:
         params = {
             "tenant_id": tenant_id,
             "user_id": user_id,
-            "embeddings": [str(list(map(float, e))) for e in embeddings],
+            "embeddings": [vector_text(e) for e in embeddings],
             "top_k": top_k,
         }
         found: list[list[Hit]] = [[] for _ in embeddings]

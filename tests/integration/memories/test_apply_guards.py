@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db.base import vector_text
 from app.db.models import Changeset, Memory
-from app.domain.memories.repositories import CLOSEST_ACTIVE, MemoryRepository, vector_text
+from app.domain.memories.repositories import CLOSEST_ACTIVE, MemoryRepository
 from app.domain.memories.services import Provenance, Shown, apply_ops
 from app.embeddings import HashingEmbedder
 from app.writers.base import Op, OpKind
