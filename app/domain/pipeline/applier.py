@@ -37,10 +37,10 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True)
 class Result:
-    """A claimed chunk and what its writer decided: ready to apply."""
+    """A claimed chunk (as claimed: its `attempts` fence a worker that lost its lock) and what its
+    writer decided: ready to apply."""
 
     chunk: ChunkRow
-    attempt: int  # the claim it was taken under (the fence against a worker that lost its lock)
     request: ApplyRequest
 
 
@@ -116,7 +116,7 @@ class Applier:
 
     async def _commit(self, results: list[Result]) -> list[ApplyOutcome | None]:
         async with AsyncSession(self.engine, expire_on_commit=False) as session:
-            claims = [(r.chunk, r.attempt, r.request.changeset_id) for r in results]
+            claims = [(r.chunk, r.request.changeset_id) for r in results]
             still_ours = await PipelineRepository(session).mark_applied(claims)
             live = [r for r in results if r.chunk.id in still_ours]
             outcomes = await apply_many(session, [r.request for r in live], self.embedder)

@@ -156,16 +156,16 @@ class PipelineRepository:
 
         return Claim(lock_held=bool(row["lock_held"]), claimed=chunk("claimed_"), next=chunk("next_"))
 
-    async def mark_applied(self, claims: Sequence[tuple[ChunkRow, int, uuid.UUID]]) -> set[uuid.UUID]:
-        """Flip each (chunk, the attempt it was claimed as, its changeset) to `applied`; the ids of
-        those still held by that claim. The others were applied or re-claimed elsewhere meanwhile."""
+    async def mark_applied(self, claims: Sequence[tuple[ChunkRow, uuid.UUID]]) -> set[uuid.UUID]:
+        """Flip each (chunk as claimed, its changeset) to `applied`; the ids of those still held by
+        that claim (same `attempts`). The others were applied or re-claimed elsewhere meanwhile."""
         if not claims:
             return set()
         params = {
-            "p_tenant_ids": [chunk.tenant_id for chunk, _, _ in claims],
-            "p_chunk_ids": [chunk.id for chunk, _, _ in claims],
-            "p_changeset_ids": [changeset_id for _, _, changeset_id in claims],
-            "p_attempts": [attempt for _, attempt, _ in claims],
+            "p_tenant_ids": [chunk.tenant_id for chunk, _ in claims],
+            "p_chunk_ids": [chunk.id for chunk, _ in claims],
+            "p_changeset_ids": [changeset_id for _, changeset_id in claims],
+            "p_attempts": [chunk.attempts for chunk, _ in claims],
         }
         return set((await self.session.scalars(_MARK_APPLIED, params)).all())
 

@@ -208,7 +208,6 @@ async def _process_next(
     outcome = await deps.applier.apply(
         Result(
             chunk,
-            attempt,
             ApplyRequest(
                 tenant_id=chunk.tenant_id,
                 user_id=chunk.user_id,

@@ -56,7 +56,7 @@ def result(chunk: ChunkRow, content: str, changeset_id: uuid.UUID | None = None)
         provenance=Provenance(actor="worker:test", writer="test", chunk_id=chunk.id),
         changeset_id=changeset_id or uuid.uuid4(),
     )
-    return Result(chunk, chunk.attempts, request)
+    return Result(chunk, request)
 
 
 async def test_results_ready_together_commit_together_and_a_bad_one_fails_alone(
