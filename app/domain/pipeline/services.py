@@ -191,9 +191,7 @@ async def _process_next(
     if error is not None:
         final = attempt >= min(settings.max_attempts, attempt_limit or settings.max_attempts)
         retry_at = None if final else datetime.now(UTC) + backoff(settings, attempt)
-        async with AsyncSession(deps.engine) as session:
-            await _fail(session, deps, chunk, error, raw, final=final, attempt=attempt, retry_at=retry_at)
-            await session.commit()
+        await _fail(deps, chunk, error, raw, final=final, attempt=attempt, retry_at=retry_at)
         if final:
             metrics.CHUNKS_FINISHED.labels("failed", writer.name).inc()
             run.failed += 1
@@ -262,9 +260,7 @@ async def _nothing_claimed(deps: PipelineDeps, claim: Claim, run: ScopeRun) -> b
         return False
     if pending.attempts >= settings.max_attempts:
         # Every attempt so far ended with the worker dying mid-way (a poison chunk): give up on it.
-        async with AsyncSession(deps.engine) as tx:
-            await _fail(tx, deps, pending, f"gave up after {pending.attempts} attempts", None, final=True)
-            await tx.commit()
+        await _fail(deps, pending, f"gave up after {pending.attempts} attempts", None, final=True)
         metrics.CHUNKS_FINISHED.labels("failed", pending.writer or "default").inc()
         run.failed += 1
         return True
@@ -300,7 +296,6 @@ async def _call_writer(
 
 
 async def _fail(
-    session: AsyncSession,
     deps: PipelineDeps,
     chunk: ChunkRow,
     error: str,
@@ -310,27 +305,30 @@ async def _fail(
     attempt: int | None = None,
     retry_at: datetime | None = None,
 ) -> None:
+    """Record a failed attempt (and, if final, its audit event) in a transaction of its own."""
     attempts = attempt if attempt is not None else chunk.attempts
-    recorded = await PipelineRepository(session).mark_failed_attempt(
-        chunk.id,
-        error=error[:_MAX_ERROR_CHARS],
-        raw_output=raw,
-        final=final,
-        available_at=retry_at,
-        attempt=attempt,
-    )
+    async with AsyncSession(deps.engine) as session, session.begin():
+        recorded = await PipelineRepository(session).mark_failed_attempt(
+            chunk.id,
+            error=error[:_MAX_ERROR_CHARS],
+            raw_output=raw,
+            final=final,
+            available_at=retry_at,
+            attempt=attempt,
+        )
+        if recorded and final:
+            await record_event(
+                session,
+                tenant_id=chunk.tenant_id,
+                actor=deps.actor,
+                action="chunk.failed",
+                target_type="chunk",
+                target_id=str(chunk.id),
+                summary={"seq": chunk.seq, "attempts": attempts, "error": error[:200]},
+            )
     if not recorded:
         return
     if final:
-        await record_event(
-            session,
-            tenant_id=chunk.tenant_id,
-            actor=deps.actor,
-            action="chunk.failed",
-            target_type="chunk",
-            target_id=str(chunk.id),
-            summary={"seq": chunk.seq, "attempts": attempts, "error": error[:200]},
-        )
         log.warning("chunk.failed", chunk_id=str(chunk.id), seq=chunk.seq, attempts=attempts, error=error)
     else:
         log.info(
