@@ -7,8 +7,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.db.engine import postgres_target
 
 LogFormat = Literal["auto", "console", "json"]
 
@@ -26,7 +28,8 @@ class Settings(BaseSettings):
     # --- where the state lives -------------------------------------------------------------
     database_url: str | None = Field(
         default=None,
-        description="SQLAlchemy URL of Postgres with pgvector (postgresql+asyncpg://...); unset = embedded.",
+        description="URL of Postgres with pgvector (postgresql://, postgres:// or postgresql+asyncpg://); "
+        "unset = embedded.",
     )
     redis_url: str | None = Field(
         default=None, description="Redis URL (redis://host:port/db or unix:///path); unset = embedded."
@@ -179,6 +182,14 @@ class Settings(BaseSettings):
     log_format: LogFormat = Field(
         default="auto", description="console (readable), json (production) or auto (json unless a TTY)."
     )
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, url: str | None) -> str | None:
+        """Refuse at start-up a URL no engine could use (another database or driver, unknown options)."""
+        if url is not None:
+            postgres_target(url)
+        return url
 
     @property
     def embedded_database(self) -> bool:

@@ -1,7 +1,8 @@
 """Async Alembic environment.
 
 The URL comes, in order, from a connection handed in by the caller (tests, `memstore migrate`),
-the `sqlalchemy.url` option, or `MEMSTORE_DATABASE_URL`.
+the `sqlalchemy.url` option, or `MEMSTORE_DATABASE_URL`; it is read as the service reads it
+(`app.db.engine`), so `postgresql://…?sslmode=require` migrates the database the service uses.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import asyncio
 
 from alembic import context
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import create_async_engine
 
 import app.db.models  # noqa: F401  (registers every table)
 from app.config import get_settings
 from app.db.base import metadata
+from app.db.engine import create_engine, postgres_target
 
 config = context.config
 target_metadata = metadata
@@ -44,7 +45,8 @@ def _run_sync(connection: Connection) -> None:
 
 
 async def _run_async() -> None:
-    engine = create_async_engine(_url())
+    settings = get_settings().model_copy(update={"database_url": _url()})
+    engine = create_engine(settings, application_name="memstore-migrate", pre_ping=False)
     async with engine.connect() as connection:
         await connection.run_sync(_run_sync)
     await engine.dispose()
@@ -52,7 +54,7 @@ async def _run_async() -> None:
 
 def run_migrations_offline() -> None:
     """Emit SQL to stdout (`alembic upgrade head --sql`)."""
-    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    context.configure(url=postgres_target(_url()).url, target_metadata=target_metadata, literal_binds=True)
     with context.begin_transaction():
         context.run_migrations()
 
