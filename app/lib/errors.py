@@ -68,6 +68,14 @@ _CODE_BY_STATUS = {
 }
 
 
+def is_db_outage(exc: BaseException) -> bool:
+    """A fault of the database connection (unreachable, dropped, pool exhausted), not of the statement:
+    retrying the same work later can succeed, and splitting it up cannot help."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, OperationalError | InterfaceError | PoolTimeoutError | OSError)
+
+
 def error_response(
     status: int,
     code: str,

@@ -33,6 +33,9 @@ HTTP_LATENCY = Histogram(
     buckets=_LATENCY_BUCKETS,
 )
 CHUNKS_ACCEPTED = Counter("memstore_chunks_accepted_total", "Chunks durably accepted by the API.")
+INGEST_REJECTED = Counter(
+    "memstore_ingest_rejected_total", "Ingestion requests refused before being stored, by reason.", ["reason"]
+)
 CHUNKS_FINISHED = Counter(
     "memstore_chunks_finished_total", "Chunks whose processing ended, by outcome.", ["outcome", "writer"]
 )

@@ -27,8 +27,9 @@ from app.embeddings import embedder_from_settings
 from app.lib.errors import EXCEPTION_HANDLERS
 from app.lib.logging import configure_logging
 from app.lib.queue import JobQueue, create_redis
+from app.lib.validation import TYPE_DECODERS, Moment, MomentSchemaPlugin
 from app.server.dependencies import provide_db_session
-from app.server.middleware import request_context_middleware, stamp_response
+from app.server.middleware import RequestInputGuard, request_context_middleware, stamp_response
 from app.writers.registry import WriterRegistry
 
 ROUTE_HANDLERS = [
@@ -86,9 +87,13 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         },
         middleware=[
             request_context_middleware,
+            RequestInputGuard(settings.max_body_bytes),
             DefineMiddleware(ApiKeyAuthenticationMiddleware, exclude=PUBLIC_PATHS),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
+        type_decoders=TYPE_DECODERS,
+        type_encoders={Moment: Moment.plain},
+        plugins=[MomentSchemaPlugin()],
         before_send=[stamp_response],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(

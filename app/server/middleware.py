@@ -7,15 +7,30 @@ Litestar builds from exceptions raised in other middleware (a 401 from authentic
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
+from urllib.parse import parse_qsl
 
+import msgspec
 import structlog
 from litestar.enums import ScopeType
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.middleware import ASGIMiddleware
+from litestar.types import (
+    ASGIApp,
+    HTTPRequestEvent,
+    HTTPResponseBodyEvent,
+    HTTPResponseStartEvent,
+    Message,
+    Receive,
+    ReceiveMessage,
+    Scope,
+    Send,
+)
 
 from app.lib import metrics
+from app.lib.validation import first_unstorable, json_depth_exceeds, unstorable_reason
 
 log = structlog.get_logger("app.http")
 
@@ -64,3 +79,147 @@ async def stamp_response(message: Message, scope: Scope) -> None:
         status=message["status"],
         duration_ms=round(elapsed * 1000, 2),
     )
+
+
+class RequestInputGuard(ASGIMiddleware):
+    """Answer a body over the limit, or input Postgres cannot store, with a 4xx before any handler runs.
+
+    The body is read here in full (and handed on unchanged), for two reasons:
+
+    - A client that sends more than `max_body_bytes` must *see* the 413. Answering before the body is
+      read and closing the connection resets it mid-upload, and clients such as Python's `requests`
+      then report a connection error instead of the status. So an oversized body is read to its end
+      and discarded (up to `drain_limit`; past that the connection is dropped as before).
+    - A NUL character (`\\u0000`), or a lone surrogate, is valid JSON but cannot be stored by Postgres.
+      Refused here with a 422 naming the field, it can neither fail a group commit shared with other
+      clients' requests nor become a chunk that can never be applied. The same holds for the path and
+      the query string (`/users/a%00b`, `?writer=%00`).
+
+    The common case pays one regular-expression search over the body; only a body that holds such an
+    escape is decoded to find the field.
+    """
+
+    scopes = (ScopeType.HTTP,)
+
+    def __init__(self, max_body_bytes: int, drain_limit: int = 64 * 1024 * 1024) -> None:
+        self.max_body_bytes = max_body_bytes
+        self.drain_limit = max(drain_limit, max_body_bytes)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        declared = _content_length(scope)
+        if declared is not None and declared > self.drain_limit:
+            await _answer(send, 413, "payload_too_large", self._too_large(), close=True)
+            return
+        body, size = await self._read(receive)
+        if size > self.max_body_bytes:
+            await _answer(send, 413, "payload_too_large", self._too_large(), close=size > self.drain_limit)
+            return
+        problem = _unstorable_in_url(scope) or _unstorable_in_body(body)
+        if problem is not None:
+            where, why = problem
+            await _answer(
+                send,
+                422,
+                "validation_error",
+                f"The field {where!r} {why}.",
+                {"field": where, "reason": why},
+            )
+            return
+        delivered = False
+
+        async def replay() -> ReceiveMessage:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return HTTPRequestEvent(type="http.request", body=body, more_body=False)
+            return await receive()  # what follows the body: a disconnect
+
+        await next_app(scope, replay, send)
+
+    def _too_large(self) -> str:
+        return f"The request body is larger than {self.max_body_bytes} bytes."
+
+    async def _read(self, receive: Receive) -> tuple[bytes, int]:
+        """The body and its size; past the limit nothing is kept, past `drain_limit` nothing is read."""
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left
+                return b"", 0
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.drain_limit:
+                return b"", size
+            if size <= self.max_body_bytes:
+                parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts), size
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _unstorable_in_url(scope: Scope) -> tuple[str, str] | None:
+    reason = unstorable_reason(scope["path"])
+    if reason is not None:
+        return "path", reason
+    query = scope.get("query_string", b"")
+    if b"%00" in query or b"\x00" in query:
+        for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+            reason = unstorable_reason(name) or unstorable_reason(value)
+            if reason is not None:
+                return name, reason
+    return None
+
+
+# A JSON escape of a NUL, or of any surrogate (a paired one is an emoji and fine; msgspec refuses a
+# lone one, and then the standard library's decoder, which keeps it, finds where it is).
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
+# No request body nests deeper than this; past it, decoders run out of stack (a 500, not a 4xx).
+MAX_BODY_DEPTH = 64
+_NESTING_WORTH_A_LOOK = 256  # opening brackets in a body, before its depth is measured
+
+
+def _unstorable_in_body(body: bytes) -> tuple[str, str] | None:
+    suspect = _SUSPECT_ESCAPE.search(body) is not None
+    if not suspect and body.count(b"[") + body.count(b"{") < _NESTING_WORTH_A_LOOK:
+        return None
+    try:
+        decoded = msgspec.json.decode(body)
+    except RecursionError:
+        return "body", f"nests more than {MAX_BODY_DEPTH} levels deep"
+    except msgspec.DecodeError:
+        if not suspect:
+            return None  # not JSON: the handler answers 400 invalid_json
+        try:
+            decoded = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+    if json_depth_exceeds(decoded, MAX_BODY_DEPTH):
+        return "body", f"nests more than {MAX_BODY_DEPTH} levels deep"
+    return first_unstorable(decoded) if suspect else None
+
+
+async def _answer(
+    send: Send,
+    status: int,
+    code: str,
+    message: str,
+    details: dict[str, object] | None = None,
+    *,
+    close: bool = False,
+) -> None:
+    body = msgspec.json.encode({"error": {"code": code, "message": message, "details": details or {}}})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send(HTTPResponseStartEvent(type="http.response.start", status=status, headers=headers))
+    await send(HTTPResponseBodyEvent(type="http.response.body", body=body, more_body=False))

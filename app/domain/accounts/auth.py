@@ -88,13 +88,22 @@ class ApiKeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
         return AuthenticationResult(user=principal, auth=principal)
 
 
+def _principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal | None:
+    """The key's principal; None for the one kind of request that skips authentication: `OPTIONS`,
+    which Litestar answers itself with the route's allowed methods (nothing of a tenant's)."""
+    if connection.scope.get("method") == "OPTIONS":
+        return None
+    principal: Principal = connection.user
+    return principal
+
+
 def requires_role(role: str) -> Guard:
     """A guard that lets through keys holding `role` (or `admin`)."""
 
     # Async on purpose: Litestar runs synchronous guards in a worker thread.
     async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-        principal: Principal = connection.user
-        if not has_role(principal.roles, role):
+        principal = _principal(connection)
+        if principal is not None and not has_role(principal.roles, role):
             raise PermissionDeniedException(f"This API key lacks the '{role}' role.")
 
     guard.__name__ = f"requires_{role}"
@@ -105,8 +114,8 @@ def requires_any_role(*roles: str) -> Guard:
     """A guard that lets through keys holding any of `roles` (or `admin`)."""
 
     async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-        principal: Principal = connection.user
-        if not any(has_role(principal.roles, r) for r in roles):
+        principal = _principal(connection)
+        if principal is not None and not any(has_role(principal.roles, r) for r in roles):
             raise PermissionDeniedException(f"This API key needs one of the roles: {', '.join(roles)}.")
 
     return guard

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.background_tasks import BackgroundTask
 from litestar.di import NamedDependency
-from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar.params import FromPath, JSONBody, PathParameter, QueryParameter
 from litestar.status_codes import HTTP_200_OK
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -35,14 +35,16 @@ from app.domain.history.schemas import (
     VerifyOut,
 )
 from app.domain.ingest.services import PROCESS_SCOPE_JOB
-from app.domain.memories.services import aware, decode_cursor
+from app.domain.memories.services import decode_cursor
 from app.lib.errors import ApiError
 from app.lib.queue import JobQueue
+from app.lib.validation import Moment
 
 AdminRequest = Request[Principal, Any, Any]
 Limit = Annotated[int, QueryParameter(ge=1, le=1000)]
 Text = Annotated[str | None, QueryParameter(min_length=1, max_length=200)]
-When = Annotated[datetime | None, QueryParameter()]
+When = Annotated[Moment | None, QueryParameter()]
+UserId = Annotated[str, PathParameter(min_length=1, max_length=200)]
 
 
 def _who(request: AdminRequest, reason: str | None = None) -> services.Actor:
@@ -84,8 +86,8 @@ class AdminHistoryController(Controller):
             writer=writer,
             model=model,
             kind=kind,
-            since=aware(since),
-            until=aware(until),
+            since=since,
+            until=until,
             before=decode_cursor(cursor) if cursor else None,
             limit=limit + 1,
         )
@@ -148,7 +150,7 @@ class AdminHistoryController(Controller):
     )
     async def restore(
         self,
-        user_id: FromPath[str],
+        user_id: UserId,
         data: JSONBody[RestoreIn],
         request: AdminRequest,
         db_session: NamedDependency[AsyncSession],
@@ -215,7 +217,7 @@ class AdminHistoryController(Controller):
     @delete("/users/{user_id:str}", status_code=HTTP_200_OK, summary="Erase a user (GDPR): ?purge=true")
     async def purge_user(
         self,
-        user_id: FromPath[str],
+        user_id: UserId,
         request: AdminRequest,
         db_session: NamedDependency[AsyncSession],
         purge: Annotated[bool, QueryParameter()] = False,
@@ -254,8 +256,8 @@ class AuditController(Controller):
             raise _invalid_cursor()
         page = await HistoryRepository(db_session).audit_events(
             request.user.tenant_id,
-            since=aware(since),
-            until=aware(until),
+            since=since,
+            until=until,
             actor=actor,
             action=action,
             after_id=int(cursor) if cursor else None,

@@ -9,9 +9,9 @@ from typing import Annotated, Any, Self
 import msgspec
 
 from app.lib.schemas import Out
+from app.lib.validation import Moment
 
 Reason = Annotated[str, msgspec.Meta(max_length=2_000)]
-Moment = Annotated[datetime, msgspec.Meta(tz=True)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 
 

@@ -5,6 +5,14 @@ accumulated in one transaction — one statement each for sequence numbers, chun
 and answers every request only after that commit. Under load a batch holds dozens of requests, so
 the per-chunk cost of round trips and commits (fsync) nearly vanishes; alone, a request waits for
 nothing but its own transaction. Wake-up jobs for the workers go to Redis after the commit.
+
+One request must never fail another. Input Postgres cannot store is refused before it gets here
+(`app.server.middleware.RequestInputGuard`); should a batch fail anyway for a reason of its own (a
+data error), each of its requests is written again alone, so only the bad one gets the error. A
+request is atomic: if one of its chunks loses an idempotency race to another process after the
+insert, the transaction is rolled back and written again without that request, which answers 409
+with none of its chunks written. A lane holds at most `max_pending` chunks waiting for a transaction;
+past that a request gets 503 with `Retry-After` instead of queueing without bound.
 """
 
 from __future__ import annotations
@@ -30,8 +38,9 @@ from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
 from app.domain.ingest.schemas import ChunkIn
 from app.domain.ingest.services import Accepted, body_hash, wake_up_jobs
 from app.lib import metrics
-from app.lib.errors import ApiError, ConflictError
+from app.lib.errors import ApiError, ConflictError, is_db_outage
 from app.lib.queue import JobQueue
+from app.lib.validation import encode_moment
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +58,11 @@ class _Request:
 class _Lane:
     pending: collections.deque[_Request] = field(default_factory=collections.deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    pending_chunks: int = 0
+
+
+class _Redo(Exception):  # noqa: N818  (a signal between two methods, never seen outside)
+    """Roll the batch back and write it again without the requests answered meanwhile."""
 
 
 class IngestBatcher:
@@ -61,10 +75,12 @@ class IngestBatcher:
         *,
         max_chunks: int = 500,
         writers: int = 2,
+        max_pending: int = 10_000,
     ) -> None:
         self.sessionmaker = sessionmaker
         self.queue = queue
         self.max_chunks = max_chunks
+        self.max_pending = max_pending
         # One lane per writer, chosen by scope: two transactions in flight never wait for each other on
         # a scope's seq row (which would serialise them and put their commit times in the latency tail).
         self._lanes = [_Lane() for _ in range(max(1, writers))]
@@ -79,7 +95,16 @@ class IngestBatcher:
         """Durably store `chunks` (in order); returns once they are committed."""
         future: asyncio.Future[list[Accepted]] = asyncio.get_running_loop().create_future()
         lane = self._lanes[hash((principal.tenant_id, chunks[0][0].user_id)) % len(self._lanes)]
+        if lane.pending_chunks + len(chunks) > self.max_pending:
+            metrics.INGEST_REJECTED.labels("overloaded").inc()
+            raise ApiError(
+                "Too many chunks are waiting to be stored; retry shortly.",
+                code="overloaded",
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
         lane.pending.append(_Request(principal, chunks, request_id, future))
+        lane.pending_chunks += len(chunks)
         lane.ready.set()
         return await future
 
@@ -109,6 +134,7 @@ class IngestBatcher:
             request = lane.pending.popleft()
             taken.append(request)
             size += len(request.chunks)
+        lane.pending_chunks -= size
         if not lane.pending:
             lane.ready.clear()
         return taken
@@ -122,11 +148,8 @@ class IngestBatcher:
             started = time.perf_counter()
             try:
                 jobs = await self._write_with_retry(batch)
-            except Exception as exc:  # noqa: BLE001  (every waiting request gets the error, none hangs)
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(exc)
-                continue
+            except Exception as exc:  # noqa: BLE001  (every waiting request gets an answer, none hangs)
+                jobs = await self._write_alone(batch, exc)
             log.debug(
                 "ingest.batch", requests=len(batch), ms=round((time.perf_counter() - started) * 1000, 1)
             )
@@ -136,15 +159,39 @@ class IngestBatcher:
                 # The chunks are committed; the sweeper wakes their scopes if no job reaches Redis.
                 log.exception("ingest.enqueue_failed", jobs=len(jobs))
 
+    async def _write_alone(
+        self, batch: list[_Request], exc: Exception
+    ) -> list[tuple[str, dict[str, object]]]:
+        """The batch failed: if the database is reachable, write each request in a transaction of its
+        own, so that only a request that fails alone gets an error."""
+        open_requests = [r for r in batch if not r.future.done()]
+        if len(open_requests) == 1 or is_db_outage(exc):
+            for request in open_requests:
+                _fail_request(request, _client_error(exc) or exc)
+            return []
+        log.warning("ingest.batch_failed", requests=len(open_requests), error=type(exc).__name__)
+        jobs: list[tuple[str, dict[str, object]]] = []
+        for request in open_requests:
+            try:
+                jobs.extend(await self._write_with_retry([request]))
+            except Exception as alone:  # noqa: BLE001
+                _fail_request(request, _client_error(alone) or alone)
+        return jobs
+
     async def _write_with_retry(self, batch: list[_Request]) -> list[tuple[str, dict[str, object]]]:
-        try:
-            return await self._write(batch)
-        except DBAPIError as exc:
-            # Two batches may still collide on rows (a deadlock or serialization failure): once more.
-            if getattr(exc.orig, "sqlstate", None) in {"40P01", "40001"}:
-                log.info("ingest.batch_retry", error=type(exc.orig).__name__)
+        collided = False
+        while batch:
+            try:
                 return await self._write(batch)
-            raise
+            except _Redo:
+                batch = [r for r in batch if not r.future.done()]
+            except DBAPIError as exc:
+                # Two batches may still collide on rows (a deadlock or serialization failure): once more.
+                if collided or getattr(exc.orig, "sqlstate", None) not in {"40P01", "40001"}:
+                    raise
+                collided = True
+                log.info("ingest.batch_retry", error=type(exc.orig).__name__)
+        return []
 
     async def _write(self, batch: list[_Request]) -> list[tuple[str, dict[str, object]]]:
         for request in batch:
@@ -185,7 +232,7 @@ class IngestBatcher:
                             "agent_id": chunk.agent_id,
                             "run_id": chunk.run_id,
                             "seq": seq,
-                            "messages": msgspec.to_builtins(chunk.messages),
+                            "messages": msgspec.to_builtins(chunk.messages, enc_hook=encode_moment),
                             "metadata": chunk.metadata,
                             "idempotency_key": key,
                             "body_hash": request.hashes[i],
@@ -209,6 +256,9 @@ class IngestBatcher:
                 # Another process committed one of these idempotency keys first: answer from its chunk.
                 await self._resolve_lost_races(session, plans, inserted)
             await self._answer_repeated_keys(chunks, plans, inserted)
+            if any(request.future.done() for request, _ in plans):
+                # A request answered 409 just now had chunks written here: none of them may commit.
+                raise _Redo
             await AuditRepository(session).insert_many([a for a in audit_rows if _kept(a, inserted)])
         metrics.CHUNKS_ACCEPTED.inc(len(inserted))
         jobs: list[tuple[str, dict[str, object]]] = []
@@ -293,8 +343,7 @@ class IngestBatcher:
                 try:
                     plan[i] = _replay(winner, request.hashes[i])
                 except ConflictError as exc:
-                    # The other process's body differs. (If this request carried several chunks, the
-                    # others are written: the client learns of the conflict and may retry them by key.)
+                    # The other process's body differs: the request fails whole (`_Redo` in `_write`).
                     _fail_request(request, exc)
 
 
@@ -309,6 +358,19 @@ def _fail_request(request: _Request, exc: BaseException) -> None:
     """Answer a request with an error, once (a retried batch or a cancelled handler may come first)."""
     if not request.future.done():
         request.future.set_exception(exc)
+
+
+def _client_error(exc: BaseException) -> ApiError | None:
+    """A write that failed on a value Postgres cannot store is the client's fault: a 422, not a 500."""
+    sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None) or ""
+    if isinstance(exc, UnicodeError) or (isinstance(exc, DBAPIError) and sqlstate.startswith("22")):
+        return ApiError(
+            "The request holds a value that cannot be stored.",
+            code="validation_error",
+            status_code=422,
+            details={"reason": type(getattr(exc, "orig", None) or exc).__name__},
+        )
+    return None
 
 
 def _kept(audit_row: dict[str, object], inserted: set[uuid.UUID]) -> bool:

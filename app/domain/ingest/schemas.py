@@ -8,14 +8,19 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from app.lib.validation import Moment, json_depth_exceeds
+
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+# Chunk metadata is stored as jsonb and returned as it came; deeper nesting is refused (422).
+MAX_METADATA_DEPTH = 16
 
 
 class MessageIn(msgspec.Struct, forbid_unknown_fields=True):
     role: Literal["user", "assistant", "system", "tool"]
     content: Annotated[str, msgspec.Meta(min_length=1)]
     name: Annotated[str, msgspec.Meta(max_length=200)] | None = None
-    created_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+    created_at: Moment | None = None
 
 
 class ChunkIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -25,6 +30,11 @@ class ChunkIn(msgspec.Struct, forbid_unknown_fields=True):
     run_id: Id | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     writer: Annotated[str, msgspec.Meta(min_length=1, max_length=100)] | None = None
+
+    def __post_init__(self) -> None:
+        if json_depth_exceeds(self.metadata, MAX_METADATA_DEPTH):
+            msg = f"metadata may nest at most {MAX_METADATA_DEPTH} levels deep"
+            raise ValueError(msg)
 
 
 class BatchChunkIn(ChunkIn, forbid_unknown_fields=True):

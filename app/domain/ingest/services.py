@@ -19,6 +19,7 @@ from app.db.models import Chunk
 from app.domain.ingest.repositories import ChunkRepository
 from app.domain.ingest.schemas import ChunkIn
 from app.lib.errors import ApiError, NotFoundError
+from app.lib.validation import encode_moment
 from app.writers.registry import WriterRegistry
 
 PROCESS_SCOPE_JOB = "process_scope"
@@ -35,7 +36,7 @@ class Accepted:
 
 def body_hash(chunk: ChunkIn) -> str:
     """A hash of the chunk as parsed (key order and whitespace of the raw JSON do not matter)."""
-    body = msgspec.to_builtins(chunk)
+    body = msgspec.to_builtins(chunk, enc_hook=encode_moment)
     body.pop("idempotency_key", None)  # a batch item carries its key in the body; it is not content
     encoded = msgspec.json.encode(body, order="sorted")
     return hashlib.sha256(encoded).hexdigest()

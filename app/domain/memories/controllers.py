@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from litestar import Controller, Request, delete, get, patch
@@ -20,8 +19,16 @@ from app.domain.memories.schemas import (
     MemoryList,
     MemoryOut,
     MemoryPatch,
+    MemoryWritten,
     VersionOut,
 )
+from app.lib.security import has_role
+from app.lib.validation import Moment
+
+
+def _written(principal: Principal, memory: object) -> MemoryOut | MemoryWritten:
+    """The memory after an edit, as the key may see it: a write-only key never receives its text."""
+    return MemoryOut.of(memory) if has_role(principal.roles, "read") else MemoryWritten.of(memory)
 
 
 class MemoryController(Controller):
@@ -39,7 +46,7 @@ class MemoryController(Controller):
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
         cursor: Annotated[str | None, QueryParameter(max_length=500)] = None,
         as_of: Annotated[
-            datetime | None, QueryParameter(description="The bank as it stood at this time.")
+            Moment | None, QueryParameter(description="The bank as it stood at this time.")
         ] = None,
     ) -> MemoryList:
         page, next_cursor = await services.list_memories(
@@ -50,7 +57,7 @@ class MemoryController(Controller):
             status=status,
             cursor=cursor,
             limit=limit,
-            as_of=services.aware(as_of),
+            as_of=as_of,
         )
         return MemoryList(items=[MemoryOut.of(m) for m in page], next_cursor=next_cursor)
 
@@ -86,7 +93,7 @@ class MemoryController(Controller):
         data: JSONBody[MemoryPatch],
         request: Request[Principal, Any, Any],
         db_session: NamedDependency[AsyncSession],
-    ) -> MemoryOut:
+    ) -> MemoryOut | MemoryWritten:
         memory = await services.edit_memory(
             db_session,
             request.user.tenant_id,
@@ -99,7 +106,7 @@ class MemoryController(Controller):
             embedder=request.app.state.searcher.embedder,  # the configured one
             limits=services.ApplyLimits(max_chars=request.app.state.settings.max_memory_chars),
         )
-        return MemoryOut.of(memory)
+        return _written(request.user, memory)
 
     @delete(
         "/{memory_id:uuid}",
@@ -113,7 +120,7 @@ class MemoryController(Controller):
         request: Request[Principal, Any, Any],
         db_session: NamedDependency[AsyncSession],
         reason: Annotated[str | None, QueryParameter(max_length=2_000)] = None,
-    ) -> MemoryOut:
+    ) -> MemoryOut | MemoryWritten:
         memory = await services.delete_memory(
             db_session,
             request.user.tenant_id,
@@ -123,4 +130,4 @@ class MemoryController(Controller):
             request_id=request.state.get("request_id"),
             embedder=request.app.state.searcher.embedder,  # the configured one
         )
-        return MemoryOut.of(memory)
+        return _written(request.user, memory)

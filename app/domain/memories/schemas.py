@@ -26,6 +26,15 @@ class MemoryOut(Out):
     updated_at: datetime
 
 
+class MemoryWritten(Out):
+    """What an edit or delete answers to a key that may write but not read: the new version, no text."""
+
+    id: uuid.UUID
+    status: str
+    version: int
+    updated_at: datetime
+
+
 class MemoryList(msgspec.Struct):
     items: list[MemoryOut]
     next_cursor: str | None

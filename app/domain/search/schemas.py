@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal
 
 import msgspec
 
 from app.domain.memories.schemas import MemoryOut
+from app.lib.validation import Moment
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 SearchMode = Literal["hybrid", "vector", "lexical"]
@@ -20,7 +20,7 @@ class SearchIn(msgspec.Struct, forbid_unknown_fields=True):
     # Least cosine similarity of a vector match; in hybrid mode a memory that shares words with the
     # query is kept whatever its similarity.
     threshold: Annotated[float, msgspec.Meta(ge=-1.0, le=1.0)] = 0.0
-    as_of: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+    as_of: Moment | None = None
     agent_id: Id | None = None
     tags: Annotated[list[Id], msgspec.Meta(max_length=50)] = msgspec.field(default_factory=list)
     mode: SearchMode = "hybrid"
