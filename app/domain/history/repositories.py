@@ -415,7 +415,20 @@ class HistoryRepository:
     async def purge_user(self, tenant_id: uuid.UUID, user_id: str) -> dict[str, int]:
         """Delete every row holding the user's content. History tables refuse DELETE unless the
         transaction-local `memstore.purge` flag is on; it is set here and nowhere else, and ends
-        with this transaction."""
+        with this transaction.
+
+        The scope row is locked first. Ingestion takes a chunk's `seq` by updating that row and holds
+        it until the chunk commits: a purge that deleted the chunks before such a chunk committed, and
+        the scope row after, would leave the chunk behind with the numbering reset, so a later chunk
+        of the user would collide with it on `uq_chunks_scope_seq`. Locked first, an ingestion under
+        way commits before the purge goes on, and each DELETE below (a new snapshot, READ COMMITTED)
+        sees its chunk; one that comes later waits for the purge and numbers from 1 again, nothing
+        of the user's being left to collide with."""
+        await self.session.execute(
+            select(Scope.last_seq)
+            .where(Scope.tenant_id == tenant_id, Scope.user_id == user_id)
+            .with_for_update()
+        )
         await self.session.execute(text("SET LOCAL memstore.purge = 'on'"))
         counts: dict[str, int] = {}
         for name, model in _PURGED:

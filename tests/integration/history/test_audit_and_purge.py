@@ -3,6 +3,9 @@ the GDPR purge that removes a user's content everywhere but leaves a content-fre
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
@@ -11,6 +14,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
+from app.domain.history import services as history
+from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
 from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys
 from tests.support.history import memory, write
@@ -209,3 +214,65 @@ async def test_purge_removes_the_users_content_everywhere(
     async with sessionmaker() as session:
         with pytest.raises(DBAPIError, match="append-only"):
             await session.execute(text("DELETE FROM memory_versions"))
+
+
+async def _wait_for_a_lock_wait(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+    """Until another connection of this database waits for a lock (the purge, behind the ingestion)."""
+    async with sessionmaker() as session:
+        for _ in range(400):
+            waiting = await session.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'"
+                )
+            )
+            await session.rollback()
+            if waiting:
+                return
+            await asyncio.sleep(0.025)
+    pytest.fail("the purge never waited for the ingestion's lock")
+
+
+async def test_a_purge_beside_an_ingestion_leaves_no_chunk_and_numbering_goes_on(
+    client: Client, tenant: TenantKeys, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """An ingestion that took its sequence number before the purge commits first, and its chunk is
+    purged with the rest: the user's next chunks are numbered from 1 again without colliding with a
+    chunk left behind."""
+    body = {"user_id": "victim", "messages": [{"role": "user", "content": f"My code is {SECRET}."}]}
+    assert (await client.post("/v1/chunks", json=body, headers=tenant.admin)).status_code == 202
+    async with sessionmaker() as ingestion, ingestion.begin():
+        # What a group commit does: take the scope's next seq (locking its row), then insert the chunk.
+        last = await ScopeRepository(ingestion).allocate_seqs({(tenant.tenant_id, "victim"): 1})
+        assert last == {(tenant.tenant_id, "victim"): 2}
+        await ChunkRepository(ingestion).insert_many(
+            [
+                {
+                    "id": uuid.uuid4(),
+                    "tenant_id": tenant.tenant_id,
+                    "user_id": "victim",
+                    "seq": 2,
+                    "messages": body["messages"],
+                    "body_hash": "0" * 64,
+                }
+            ]
+        )
+
+        async def purge() -> dict[str, int]:
+            async with sessionmaker() as session, session.begin():
+                return await history.purge_user(
+                    session, tenant.tenant_id, "victim", who=history.Actor("test")
+                )
+
+        purging = asyncio.create_task(purge())
+        await _wait_for_a_lock_wait(sessionmaker)
+    counts = await purging
+    assert (counts["chunks"], counts["scopes"]) == (2, 1)
+    assert (await _mentions(sessionmaker, SECRET))["chunks"] == 0
+
+    seqs = []
+    for _ in range(2):
+        again = await client.post("/v1/chunks", json=body, headers=tenant.admin)
+        assert again.status_code == 202, again.text
+        seqs.append(again.json()["seq"])
+    assert seqs == [1, 2]
