@@ -3,13 +3,19 @@
 `apply_ops` is the only code that writes memories: writer results, and later manual edits and
 admin undo, all go through it, so every write gets a version row with provenance and every batch of
 writes a changeset. It never commits; the caller's transaction makes the whole apply atomic.
+
+No network call is made while the apply holds locks: the texts an apply may store are embedded first
+(`embed_ops`, a model server call of up to tens of seconds with its retries), then the target
+memories are locked `FOR UPDATE`, their versions checked against what the writer was shown, and the
+rows written. A memory that changed while its text was being embedded is caught by that check (a
+`stale_target` guard), and a vector embedded for an op the guards then drop is simply not used.
 """
 
 from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -78,8 +84,16 @@ def _guard(guards: list[dict[str, Any]], name: str, index: int, op: Op, detail: 
 
 _WRITES_CONTENT = (OpKind.ADD, OpKind.SUPERSEDE, OpKind.UPDATE)
 
+# Text -> its vector, embedded before the apply's transaction (see `embed_ops`).
+Vectors = Mapping[str, Sequence[float]]
 
-def _check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
+
+def _storable(text: str, limits: ApplyLimits) -> bool:
+    """Whether `text` (stripped) may be stored as a memory's content."""
+    return bool(text) and len(text) <= limits.max_chars and "\x00" not in text
+
+
+def _check_ops(  # noqa: PLR0912  (each guard is one branch)
     ops: Sequence[Op],
     shown: dict[int, Shown],
     locked: dict[uuid.UUID, MemoryState],
@@ -112,17 +126,11 @@ def _check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
         if len(set(op.targets)) != len(op.targets):
             _guard(guards, "bad_targets", index, op, "an op names the same memory twice")
             continue
-        if op.kind in _WRITES_CONTENT:
-            text = (op.content or "").strip()
-            if not text or len(text) > limits.max_chars or "\x00" in text:
-                _guard(
-                    guards,
-                    "bad_content",
-                    index,
-                    op,
-                    f"content must be 1..{limits.max_chars} characters, no NUL",
-                )
-                continue
+        if op.kind in _WRITES_CONTENT and not _storable((op.content or "").strip(), limits):
+            _guard(
+                guards, "bad_content", index, op, f"content must be 1..{limits.max_chars} characters, no NUL"
+            )
+            continue
         if op.kind is OpKind.NOOP:
             accepted.append((index, op, []))
             continue
@@ -180,6 +188,24 @@ class ApplyRequest:
     limits: ApplyLimits = field(default_factory=ApplyLimits)
 
 
+def texts_to_embed(requests: Sequence[ApplyRequest]) -> list[str]:
+    """The texts `apply_many` may store for `requests`: each content-writing op's text that the content
+    guards let through, once each. Which of them are used is only known under the locks."""
+    texts: dict[str, None] = {}
+    for request in requests:
+        for op in request.ops[: request.limits.max_ops]:
+            text = (op.content or "").strip()
+            if op.kind in _WRITES_CONTENT and _storable(text, request.limits):
+                texts[text] = None
+    return list(texts)
+
+
+async def embed_ops(embedder: Embedder, requests: Sequence[ApplyRequest]) -> dict[str, list[float]]:
+    """The vectors `apply_many` needs for `requests`; call it before opening the apply's transaction."""
+    texts = texts_to_embed(requests)
+    return dict(zip(texts, await embedder.embed(texts), strict=True)) if texts else {}
+
+
 async def apply_ops(
     session: AsyncSession,
     *,
@@ -189,6 +215,7 @@ async def apply_ops(
     shown: dict[int, Shown],
     provenance: Provenance,
     embedder: Embedder,
+    vectors: Vectors | None = None,
     agent_id: str | None = None,
     run_id: str | None = None,
     memory_at: datetime | None = None,
@@ -201,7 +228,10 @@ async def apply_ops(
     """Validate `ops` against what the writer was shown and write them; return the changeset.
 
     Ops that name an id the writer was not shown, touch a memory twice, or target a memory that
-    changed since it was shown are dropped and recorded as guards on the changeset.
+    changed since it was shown are dropped and recorded as guards on the changeset. The texts are
+    embedded before any lock is taken, unless the caller did so already (`vectors`, from `embed_ops`):
+    a caller that must not keep a transaction open across the model call embeds before its first
+    statement.
     """
     request = ApplyRequest(
         tenant_id=tenant_id,
@@ -218,15 +248,19 @@ async def apply_ops(
         changeset_id=changeset_id or uuid.uuid4(),
         limits=limits or ApplyLimits(),
     )
-    [outcome] = await apply_many(session, [request], embedder)
+    if vectors is None:
+        vectors = await embed_ops(embedder, [request])
+    [outcome] = await apply_many(session, [request], vectors)
     return outcome
 
 
 async def apply_many(
-    session: AsyncSession, requests: Sequence[ApplyRequest], embedder: Embedder
+    session: AsyncSession, requests: Sequence[ApplyRequest], vectors: Vectors
 ) -> list[ApplyOutcome]:
     """`apply_ops` for several changesets (of any scopes) at once, in the caller's transaction.
 
+    `vectors` holds the vector of every text the ops may store (`embed_ops`, called before the
+    transaction): nothing here waits on a model server while the target memories are locked.
     The writes are a handful of bulk statements, whatever the number of requests and ops: the
     workers apply the results of many scopes together (group commit), and a changeset's rows are
     the same whether it was applied alone or with others.
@@ -249,17 +283,15 @@ async def apply_many(
             if tenant_id == request.tenant_id and user_id == request.user_id
         }
         accepted = _check_ops(request.ops, request.shown, in_scope, guards, request.memory_at, request.limits)
-        plans.append(_Plan(request, accepted, guards))
-
-    texts = [
-        (op.content or "").strip()
-        for plan in plans
-        for _, op, _ in plan.accepted
-        if op.kind in _WRITES_CONTENT
-    ]
-    embedded = iter(await embedder.embed(texts) if texts else [])
-    for plan in plans:
-        plan.vectors = [next(embedded) for _, op, _ in plan.accepted if op.kind in _WRITES_CONTENT]
+        plan = _Plan(request, accepted, guards)
+        for _, op, _ in accepted:
+            if op.kind in _WRITES_CONTENT:
+                text = (op.content or "").strip()
+                if text not in vectors:
+                    msg = f"no vector for {text[:80]!r}: embed the ops (embed_ops) before applying them"
+                    raise ValueError(msg)
+                plan.vectors.append(list(vectors[text]))
+        plans.append(plan)
     await _find_near_duplicates(memories, plans)
 
     rows = _Rows()
@@ -562,14 +594,26 @@ async def edit_memory(
     embedder: Embedder,
     limits: ApplyLimits | None = None,
 ) -> Memory:
-    """A hand edit: a new version (op UPDATE) under a `manual` changeset, attributed to `actor`."""
+    """A hand edit: a new version (op UPDATE) under a `manual` changeset, attributed to `actor`.
+
+    A new text is embedded before the request's first statement, so no transaction is open while the
+    embedder answers; a tags-only edit keeps the text, and with it the memory's stored vector.
+    """
+    limits = limits or ApplyLimits()
+    new_text = None if content is None else content.strip()
+    vectors: dict[str, list[float]] | None = None
+    if new_text is not None:
+        storable = _storable(new_text, limits)  # otherwise the content guard answers 422
+        vectors = dict(zip([new_text], await embedder.embed([new_text]), strict=True)) if storable else {}
     memory = await get_memory(session, tenant_id, memory_id)
-    text = memory.content if content is None else content.strip()
+    text = memory.content if new_text is None else new_text
     if text == memory.content and (not tags or list(tags) == list(memory.tags)):
         return memory  # nothing to change (empty tags keep the memory's); no version for it
+    if vectors is None and memory.embedding is not None:
+        vectors = {memory.content: [float(v) for v in memory.embedding]}
     op = Op(OpKind.UPDATE, text, targets=(0,), tags=tuple(tags or ()), reason=reason)
     return await _manual_write(
-        session, memory, op, "memory.updated", actor, request_id, embedder, limits or ApplyLimits()
+        session, memory, op, "memory.updated", actor, request_id, embedder, limits, vectors
     )
 
 
@@ -588,8 +632,9 @@ async def delete_memory(
     if memory.status == "deleted":
         return memory
     op = Op(OpKind.DELETE, targets=(0,), reason=reason)
+    # A delete stores no text: nothing to embed.
     return await _manual_write(
-        session, memory, op, "memory.deleted", actor, request_id, embedder, ApplyLimits()
+        session, memory, op, "memory.deleted", actor, request_id, embedder, ApplyLimits(), {}
     )
 
 
@@ -602,6 +647,7 @@ async def _manual_write(
     request_id: str | None,
     embedder: Embedder,
     limits: ApplyLimits,
+    vectors: Vectors | None,
 ) -> Memory:
     if memory.status != "active":
         raise ConflictError(
@@ -618,6 +664,7 @@ async def _manual_write(
         shown={0: Shown(memory.id, memory.version)},
         provenance=Provenance(actor=actor, kind="manual", reason=op.reason),
         embedder=embedder,
+        vectors=vectors,
         agent_id=memory.agent_id,
         run_id=memory.run_id,
         limits=limits,

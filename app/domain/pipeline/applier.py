@@ -11,6 +11,9 @@ its size, and a changeset's rows are the same as when applied alone.
 Each chunk still commits exactly once and in its scope's order: its scope's next chunk is claimed
 only after its apply returns. If a batch fails, each of its chunks is applied alone, so one bad
 result never holds back the others.
+
+A result comes with the vectors of its texts, embedded before it was handed over: a batch's
+transaction locks chunks and memories, and never waits on a model server while it does.
 """
 
 from __future__ import annotations
@@ -21,15 +24,12 @@ import uuid
 from dataclasses import dataclass, field
 
 import structlog
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.domain.audit.repositories import AuditRepository
 from app.domain.audit.services import event_row
-from app.domain.memories.services import ApplyOutcome, ApplyRequest, apply_many
-from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
-from app.embeddings import Embedder
+from app.domain.memories.services import ApplyOutcome, ApplyRequest, Vectors, apply_many
+from app.domain.pipeline.repositories import ChunkRow, PipelineRepository, is_db_outage
 from app.lib import metrics
 
 log = structlog.get_logger(__name__)
@@ -37,14 +37,19 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True)
 class Result:
-    """A claimed chunk (as claimed: its `attempts` fence a worker that lost its lock) and what its
-    writer decided: ready to apply."""
+    """A claimed chunk (as claimed: its `attempts` fence a worker that lost its lock), what its
+    writer decided, and the vectors of the texts it may store (`embed_ops`): ready to apply."""
 
     chunk: ChunkRow
     request: ApplyRequest
+    vectors: Vectors
 
 
-@dataclass
+class ApplyInterruptedError(RuntimeError):
+    """The worker stopped before the batch holding a result was committed."""
+
+
+@dataclass(eq=False)
 class _Waiting:
     result: Result
     done: asyncio.Future[ApplyOutcome | None] = field(
@@ -55,9 +60,8 @@ class _Waiting:
 class Applier:
     """One per worker process; `apply` may be awaited by any number of scope jobs at once."""
 
-    def __init__(self, engine: AsyncEngine, embedder: Embedder, actor: str, max_batch: int = 64) -> None:
+    def __init__(self, engine: AsyncEngine, actor: str, max_batch: int = 64) -> None:
         self.engine = engine
-        self.embedder = embedder
         self.actor = actor
         self.max_batch = max_batch
         self._waiting: list[_Waiting] = []
@@ -67,13 +71,23 @@ class Applier:
         """Apply `result` and mark its chunk applied, in a transaction shared with other results.
 
         None if the chunk is no longer held by this claim (applied or re-claimed elsewhere). A
-        cancelled caller does not withdraw its result: it may still be committed.
+        cancelled caller withdraws its result if no batch has taken it yet, and otherwise waits for that
+        batch to end: either way, when the cancellation reaches the caller, the result is settled, and
+        the caller may give its claim back without racing a commit of it.
         """
         waiting = _Waiting(result)
         self._waiting.append(waiting)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
-        return await asyncio.shield(waiting.done)
+        try:
+            return await asyncio.shield(waiting.done)
+        except asyncio.CancelledError:
+            if waiting in self._waiting:
+                self._waiting.remove(waiting)
+            else:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(waiting.done)
+            raise
 
     async def aclose(self) -> None:
         """Let the batch in progress finish."""
@@ -90,7 +104,7 @@ class Applier:
                 await self._apply_batch(batch)
         finally:  # cancelled (the loop is closing): nobody may wait forever
             for waiting in [*batch, *self._waiting]:
-                _settle(waiting, exc=RuntimeError("the apply was interrupted"))
+                _settle(waiting, exc=ApplyInterruptedError("the worker stopped before the apply"))
 
     async def _apply_batch(self, batch: list[_Waiting]) -> None:
         """Commit `batch` together; if that fails for a reason of its own, each result alone."""
@@ -98,7 +112,7 @@ class Applier:
         try:
             outcomes = await self._commit([w.result for w in batch])
         except Exception as exc:  # noqa: BLE001  (each result gets its own chance, or its own error)
-            if len(batch) == 1 or _is_outage(exc):
+            if len(batch) == 1 or is_db_outage(exc):
                 for waiting in batch:  # the database is away: every job retries later
                     _settle(waiting, exc=exc)
                 return
@@ -119,7 +133,8 @@ class Applier:
             claims = [(r.chunk, r.request.changeset_id) for r in results]
             still_ours = await PipelineRepository(session).mark_applied(claims)
             live = [r for r in results if r.chunk.id in still_ours]
-            outcomes = await apply_many(session, [r.request for r in live], self.embedder)
+            vectors = {text: vector for r in live for text, vector in r.vectors.items()}
+            outcomes = await apply_many(session, [r.request for r in live], vectors)
             await AuditRepository(session).insert_many(
                 [
                     event_row(
@@ -143,13 +158,6 @@ class Applier:
             r.chunk.id: outcome for r, outcome in zip(live, outcomes, strict=True)
         }
         return [by_chunk.get(r.chunk.id) for r in results]
-
-
-def _is_outage(exc: Exception) -> bool:
-    """A fault of the connection, not of one result: applying alone would fail the same way."""
-    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(exc, OperationalError | InterfaceError | PoolTimeoutError | OSError)
 
 
 def _settle(waiting: _Waiting, outcome: ApplyOutcome | None = None, exc: BaseException | None = None) -> None:

@@ -18,6 +18,7 @@ from app.domain.pipeline.applier import Result
 from app.domain.pipeline.locks import scope_lock_key
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.domain.pipeline.services import PipelineDeps
+from app.embeddings import HashingEmbedder
 from app.lib import metrics
 from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys
@@ -56,7 +57,8 @@ def result(chunk: ChunkRow, content: str, changeset_id: uuid.UUID | None = None)
         provenance=Provenance(actor="worker:test", writer="test", chunk_id=chunk.id),
         changeset_id=changeset_id or uuid.uuid4(),
     )
-    return Result(chunk, request)
+    # Embedded before the apply, as the worker does.
+    return Result(chunk, request, {content: HashingEmbedder(384).embed_one(content)})
 
 
 async def test_results_ready_together_commit_together_and_a_bad_one_fails_alone(
