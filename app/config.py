@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.db.engine import postgres_target
 
 LogFormat = Literal["auto", "console", "json"]
+
+# What a stopping worker waits beyond a writer call: the apply and the give-back of what is left.
+_SHUTDOWN_MARGIN_S = 15
 
 
 class Settings(BaseSettings):
@@ -72,7 +76,9 @@ class Settings(BaseSettings):
         description="Seconds between a worker's looks at the queue (the most an idle scope's chunk waits).",
     )
     worker_shutdown_wait_s: int = Field(
-        default=20, description="Seconds in-flight jobs get to finish after SIGTERM."
+        default=75,
+        description="Seconds in-flight jobs get to finish after SIGTERM; at least MEMSTORE_WRITER_TIMEOUT_S "
+        "(unset: it + 15 s), so a writer call under way ends and is applied instead of being cut off.",
     )
     worker_metrics_port: int | None = Field(
         default=None, description="Port on which each worker process serves /metrics; unset: none."
@@ -190,6 +196,20 @@ class Settings(BaseSettings):
         if url is not None:
             postgres_target(url)
         return url
+
+    @model_validator(mode="after")
+    def _shutdown_wait_covers_a_writer_call(self) -> Settings:
+        """A worker stopping waits out the writer calls in flight: cut off, each is paid for again."""
+        if "worker_shutdown_wait_s" not in self.model_fields_set:
+            self.worker_shutdown_wait_s = math.ceil(self.writer_timeout_s) + _SHUTDOWN_MARGIN_S
+        elif self.worker_shutdown_wait_s < self.writer_timeout_s:
+            msg = (
+                f"MEMSTORE_WORKER_SHUTDOWN_WAIT_S ({self.worker_shutdown_wait_s}) must be at least "
+                f"MEMSTORE_WRITER_TIMEOUT_S ({self.writer_timeout_s:g}), or stopping workers cut writer "
+                "calls off"
+            )
+            raise ValueError(msg)
+        return self
 
     @property
     def embedded_database(self) -> bool:

@@ -186,6 +186,8 @@ for path, doc in resources:
 
 config = by_kind["ConfigMap"]["memstore-config"]["data"]
 wait_s = int(config["MEMSTORE_WORKER_SHUTDOWN_WAIT_S"])
+if wait_s < float(config.get("MEMSTORE_WRITER_TIMEOUT_S", 60)):
+    errors.append("MEMSTORE_WORKER_SHUTDOWN_WAIT_S must be at least MEMSTORE_WRITER_TIMEOUT_S (60 by default)")
 expected = {"Deployment": ["memstore-api", "memstore-worker"], "Job": ["memstore-migrate"],
             "Service": ["memstore-api"], "HorizontalPodAutoscaler": ["memstore-api"],
             "PodDisruptionBudget": ["memstore-api"], "ScaledObject": ["memstore-worker"]}

@@ -8,17 +8,14 @@ from typing import Any
 
 import structlog
 from arq import Retry
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from redis.exceptions import RedisError
 
 from app.domain.audit.services import seal_pending
 from app.domain.ingest.services import PROCESS_SCOPE_JOB
+from app.domain.pipeline.repositories import is_db_outage
 from app.domain.pipeline.services import PipelineDeps, find_stranded_scopes, process_scope
 
 log = structlog.get_logger("workers.jobs")
-
-# Faults of the database connection: the job is retried, the chunk is still safely in Postgres.
-_DB_FAULTS = (OperationalError, InterfaceError, PoolTimeoutError, ConnectionError, OSError)
 
 
 async def process_scope_job(ctx: dict[str, Any], tenant_id: str, user_id: str) -> dict[str, Any]:
@@ -27,24 +24,27 @@ async def process_scope_job(ctx: dict[str, Any], tenant_id: str, user_id: str) -
     structlog.contextvars.bind_contextvars(tenant_id=tenant_id, user_id=user_id)
     try:
         run = await process_scope(deps, uuid.UUID(tenant_id), user_id)
-    except _DB_FAULTS as exc:
+    except Exception as exc:
+        if not is_db_outage(exc):
+            raise
+        # Faults of the database connection: the job is retried, the chunk is still safely in Postgres.
         log.warning("scope.db_unavailable", error=type(exc).__name__, try_=ctx.get("job_try"))
         raise Retry(defer=min(30, 2 * int(ctx.get("job_try", 1)))) from exc
-    except DBAPIError as exc:
-        if exc.connection_invalidated:
-            raise Retry(defer=2) from exc
-        raise
     finally:
         structlog.contextvars.unbind_contextvars("tenant_id", "user_id")
     if run.retry_at is not None:
-        # A chunk is waiting out its backoff; wake the scope when it is due.
-        await ctx["redis"].enqueue_job(
-            PROCESS_SCOPE_JOB,
-            tenant_id,
-            user_id,
-            _defer_until=run.retry_at,
-            _job_id=f"retry:{tenant_id}:{user_id}:{run.retry_at.timestamp():.0f}",
-        )
+        # A chunk is waiting out its backoff; wake the scope when it is due. Without Redis the backoff
+        # still holds in Postgres (`available_at`), and the sweeper wakes the scope once it has passed.
+        try:
+            await ctx["redis"].enqueue_job(
+                PROCESS_SCOPE_JOB,
+                tenant_id,
+                user_id,
+                _defer_until=run.retry_at,
+                _job_id=f"retry:{tenant_id}:{user_id}:{run.retry_at.timestamp():.0f}",
+            )
+        except (RedisError, OSError) as exc:
+            log.warning("scope.wake_up_not_queued", error=f"{type(exc).__name__}: {exc}")
     return run.summary()
 
 
@@ -54,7 +54,9 @@ async def sweep_job(ctx: dict[str, Any]) -> dict[str, Any]:
     deps: PipelineDeps = ctx["pipeline"]
     try:
         scopes = await find_stranded_scopes(deps.engine, settings.sweep_min_age_s)
-    except _DB_FAULTS as exc:
+    except Exception as exc:
+        if not is_db_outage(exc):
+            raise
         log.warning("sweep.db_unavailable", error=type(exc).__name__)
         return {"enqueued": 0}
     window = int(time.time() // max(1, settings.sweep_interval_s))
@@ -72,7 +74,9 @@ async def seal_audit_job(ctx: dict[str, Any]) -> dict[str, Any]:
     deps: PipelineDeps = ctx["pipeline"]
     try:
         sealed = await seal_pending(deps.engine)
-    except _DB_FAULTS as exc:
+    except Exception as exc:
+        if not is_db_outage(exc):
+            raise
         log.warning("audit.seal_db_unavailable", error=type(exc).__name__)
         return {"sealed": 0}
     return {"sealed": sealed}

@@ -1,6 +1,10 @@
 """Which writer handles a chunk: the chunk's `writer` field, else the tenant's default, else the
 deployment's (`MEMSTORE_WRITER`). Names resolve to writer instances built once per process.
 
+A name this process does not know is an error, never another writer in its place: the API accepted
+it, so the configuration of the API and of this worker differ (a rollout under way, a worker left
+behind), and the chunk must wait for a worker that knows it rather than be written by another model.
+
 Writers come from four places: `offline` (always there); `openai`, the endpoint the
 `MEMSTORE_WRITER_*` settings describe; named writers in the TOML file `MEMSTORE_WRITERS_FILE`:
 
@@ -34,6 +38,16 @@ from app.writers.base import Writer
 from app.writers.llm import LLMWriter, LLMWriterSpec
 
 DEFAULT = "default"
+
+
+class UnknownWriterError(LookupError):
+    """A chunk or tenant names a writer this process is not configured with."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown writer {name!r} on this worker")
+        self.name = name
+
+
 _SPEC_KEYS = {f.name for f in fields(LLMWriterSpec)}
 
 
@@ -138,10 +152,15 @@ class WriterRegistry:
         return name == DEFAULT or name in self._factories
 
     def resolve_name(self, requested: str | None, tenant_default: str | None = None) -> str:
-        """The concrete writer name for a chunk (never `default`)."""
+        """The concrete writer name for a chunk (never `default`): the first of `requested` and
+        `tenant_default` that names one, else the deployment's. Raises `UnknownWriterError` for a name
+        this process does not know."""
         for name in (requested, tenant_default):
-            if name and name != DEFAULT and name in self._factories:
-                return name
+            if not name or name == DEFAULT:
+                continue
+            if name not in self._factories:
+                raise UnknownWriterError(name)
+            return name
         return self.default_name
 
     def get(self, name: str | None, tenant_default: str | None = None) -> Writer:

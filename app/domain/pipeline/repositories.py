@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import DateTime, Table, bindparam, column, exists, func, select, table, text, true, update
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Chunk, Tenant
@@ -97,7 +99,28 @@ _EARLIER = (
     .limit(bindparam("p_limit"))
 )
 
+# A claim given back (a worker stopping, a fault that is not the chunk's): the attempt it counted is
+# returned, fenced by the claim like `_MARK_APPLIED`, so it never undoes another worker's claim.
+_GIVE_BACK = (
+    update(CHUNKS)
+    .where(
+        _c.id == bindparam("p_chunk_id"),
+        _c.status == "processing",
+        _c.attempts == bindparam("p_attempt"),
+    )
+    .values(status="queued", attempts=_c.attempts - 1, updated_at=func.now())
+    .returning(_c.id)
+)
+
 _TENANT_WRITER = select(Tenant.settings["writer"].astext).where(Tenant.id == bindparam("p_tenant_id"))
+
+
+def is_db_outage(exc: BaseException) -> bool:
+    """A fault of the database connection, not of what was asked of it: the same work will do once
+    Postgres is back (the chunk is safe there meanwhile)."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, OperationalError | InterfaceError | PoolTimeoutError | OSError)
 
 
 @dataclass(frozen=True)
@@ -193,6 +216,27 @@ class PipelineRepository:
             fence.append(_c.attempts == attempt)
         result = await self.session.execute(update(CHUNKS).where(*fence).values(**values).returning(_c.id))
         return result.first() is not None
+
+    async def give_back(
+        self,
+        chunk: ChunkRow,
+        *,
+        error: str | None = None,
+        available_at: datetime | None = None,
+    ) -> bool:
+        """Undo the claim `chunk` came from without counting its attempt: back to `queued` (not before
+        `available_at`, if given), with `error` as the chunk's last error if given. False if the claim
+        no longer holds (applied, or re-claimed elsewhere)."""
+        statement = _GIVE_BACK
+        values: dict[str, Any] = {}
+        if error is not None:
+            values["last_error"] = error
+        if available_at is not None:
+            values["available_at"] = available_at
+        if values:
+            statement = statement.values(**values)
+        params = {"p_chunk_id": chunk.id, "p_attempt": chunk.attempts}
+        return (await self.session.execute(statement, params)).first() is not None
 
     async def has_ready(self, tenant_id: uuid.UUID, user_id: str) -> bool:
         found = await self.session.scalar(_HAS_READY, {"p_tenant_id": tenant_id, "p_user_id": user_id})

@@ -5,6 +5,13 @@ user_id), held for as long as a worker drains the scope (see `locks`); it holds 
 processes and machines and is released by Postgres itself if the worker dies. Exactly-once effect
 comes from applying a chunk in one transaction that also marks it `applied` (a redelivered chunk
 finds it applied and does nothing), backed by a unique index on the writer changeset per chunk.
+
+A claim counts an attempt, and only a writer's failures, or the chunk's own (data Postgres cannot
+store, a time off the calendar), may use attempts up: whatever goes wrong with a chunk ends recorded
+on that chunk, never as a job that dies and leaves it `processing`. A fault that is not the chunk's —
+the embedder down, a writer this worker does not know, Postgres unreachable, the worker stopping —
+gives the claim back uncounted (fenced by the claim, see `PipelineRepository.give_back`); the chunk
+then waits out a backoff with the error on it, for as long as the fault lasts.
 """
 
 from __future__ import annotations
@@ -23,20 +30,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.config import Settings
 from app.domain.audit.services import record_event
-from app.domain.memories.services import ApplyLimits, ApplyRequest, Provenance, Shown
-from app.domain.pipeline.applier import Applier, Result
+from app.domain.memories.services import ApplyLimits, ApplyRequest, Provenance, Shown, embed_ops
+from app.domain.pipeline.applier import Applier, ApplyInterruptedError, Result
 from app.domain.pipeline.locks import Lease, ScopeLocks, scope_lock_key
-from app.domain.pipeline.repositories import ChunkRow, Claim, PipelineRepository
-from app.domain.search.services import Searcher
+from app.domain.pipeline.repositories import ChunkRow, Claim, PipelineRepository, is_db_outage
+from app.domain.search.services import EmbedderMismatchError, Searcher
 from app.embeddings import Embedder
+from app.embeddings.openai import EmbeddingError
 from app.lib import metrics
 from app.writers.base import Candidate, Message, Writer, WriteRequest, WriterError, WriteResult
-from app.writers.registry import WriterRegistry
+from app.writers.registry import UnknownWriterError, WriterRegistry
 
 log = structlog.get_logger(__name__)
 
 _MAX_ERROR_CHARS = 2_000
 _TENANT_CACHE_S = 30.0
+
+# Faults outside Postgres that are not the chunk's: its claim is given back, its attempt not counted.
+_OUTAGES = (EmbeddingError, EmbedderMismatchError, UnknownWriterError)
 
 
 @dataclass
@@ -53,9 +64,15 @@ class PipelineDeps:
     # The same pool without transactions: a chunk's claim and the reads that prepare its writer call
     # are single statements that need no BEGIN / COMMIT round trips around them.
     reads: AsyncEngine = field(init=False)
-    # tenant -> (its default writer, when read); per-tenant defaults change rarely and may lag a little.
+    # Tenants whose default writer is cached, at most: the least recently read are dropped first.
+    tenant_cache_size: int = 4096
+    # tenant -> (its default writer, when read), oldest read first; defaults change rarely and may lag
+    # a little.
     _tenant_writers: dict[uuid.UUID, tuple[str | None, float]] = field(default_factory=dict)
     _searcher: Searcher | None = None
+    # Since when this process's chunks meet faults outside Postgres (monotonic clock); None once a
+    # chunk gets through again. The backoff of such a fault grows with it (`outage_backoff`).
+    _outage_since: float | None = None
 
     @property
     def searcher(self) -> Searcher:
@@ -66,7 +83,7 @@ class PipelineDeps:
 
     def __post_init__(self) -> None:
         self.locks = ScopeLocks(self.engine)
-        self.applier = Applier(self.engine, self.embedder, self.actor)
+        self.applier = Applier(self.engine, self.actor)
         self.reads = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     async def aclose(self) -> None:
@@ -94,8 +111,21 @@ class PipelineDeps:
         if cached is not None and time.monotonic() - cached[1] < _TENANT_CACHE_S:
             return cached[0]
         name = await PipelineRepository(session).tenant_writer(tenant_id)
+        self._tenant_writers.pop(tenant_id, None)  # re-inserted last: the most recently read
         self._tenant_writers[tenant_id] = (name, time.monotonic())
+        while len(self._tenant_writers) > self.tenant_cache_size:
+            del self._tenant_writers[next(iter(self._tenant_writers))]
         return name
+
+    def outage_backoff(self) -> timedelta:
+        """The delay before a chunk that met a fault outside Postgres is tried again."""
+        now = time.monotonic()
+        if self._outage_since is None:
+            self._outage_since = now
+        return outage_backoff(self.settings, now - self._outage_since)
+
+    def outage_over(self) -> None:
+        self._outage_since = None
 
 
 @dataclass
@@ -125,7 +155,18 @@ class ScopeRun:
 def backoff(settings: Settings, attempt: int) -> timedelta:
     """Exponential backoff with +-20 % jitter, so retries of many scopes do not align."""
     delay = min(settings.retry_backoff_max_s, settings.retry_backoff_s * 2 ** max(0, attempt - 1))
-    return timedelta(seconds=delay * random.uniform(0.8, 1.2))  # noqa: S311  (jitter, not security)
+    return _jittered(delay)
+
+
+def outage_backoff(settings: Settings, outage_s: float) -> timedelta:
+    """While a dependency has been down `outage_s` seconds: about as long again, so the retries of a
+    long outage thin out exponentially as `backoff`'s do, within the same bounds. Counting no attempts,
+    they go on until it is back."""
+    return _jittered(min(settings.retry_backoff_max_s, max(settings.retry_backoff_s, outage_s)))
+
+
+def _jittered(delay_s: float) -> timedelta:
+    return timedelta(seconds=delay_s * random.uniform(0.8, 1.2))  # noqa: S311  (jitter, not security)
 
 
 async def process_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
@@ -163,15 +204,36 @@ async def _process_next(
     The claim (attempts + 1, so a chunk that kills its worker is eventually failed) and the reads for
     the writer's view are single statements outside any transaction; the result is applied, and the
     chunk marked applied, in one transaction shared with other scopes' results (`Applier`). Nothing
-    is held open while the writer thinks.
+    is held open while the writer thinks or the embedder answers.
     """
+    async with AsyncSession(deps.reads, expire_on_commit=False) as session:
+        claim = await PipelineRepository(session).claim_next(
+            tenant_id, user_id, deps.settings.max_attempts, lease
+        )
+    chunk = claim.claimed
+    if chunk is None:  # the common case is an empty scope
+        return await _nothing_claimed(deps, claim, run)
+    try:
+        return await _process_claimed(deps, chunk, run)
+    except asyncio.CancelledError:  # the worker is stopping: this attempt was not made
+        await _give_back(deps, chunk)
+        raise
+    except Exception as exc:
+        if is_db_outage(exc) or isinstance(exc, ApplyInterruptedError):
+            await _give_back(deps, chunk)  # if Postgres answers; the job is retried (workers/jobs.py)
+            raise
+        if isinstance(exc, _OUTAGES):
+            return await _outage(deps, chunk, run, exc)
+        # Anything else is this chunk's failed attempt: a poison chunk fails, alone, after its attempts.
+        log.exception("chunk.error", chunk_id=str(chunk.id), seq=chunk.seq)
+        return await _failed_attempt(deps, chunk, run, _describe(exc), writer_name=chunk.writer or "default")
+
+
+async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun) -> bool:
+    """The writer's call for a claimed chunk, and its result applied or its failure recorded."""
     settings = deps.settings
     async with AsyncSession(deps.reads, expire_on_commit=False) as session:
-        claim = await PipelineRepository(session).claim_next(tenant_id, user_id, settings.max_attempts, lease)
-        chunk = claim.claimed
-        if chunk is None:  # the common case is an empty scope
-            return await _nothing_claimed(deps, claim, run)
-        writer = deps.writers.get(chunk.writer, await deps.tenant_writer(session, tenant_id))
+        writer = deps.writers.get(chunk.writer, await deps.tenant_writer(session, chunk.tenant_id))
         # Writers plugged in by import path may predate `context_messages`; they get the default.
         request, shown = await _build_request(
             session,
@@ -180,7 +242,6 @@ async def _process_next(
             getattr(writer, "context_messages", None),
             initial_candidates=getattr(writer, "initial_candidates", True),
         )
-    attempt = chunk.attempts
 
     log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
     started = time.perf_counter()
@@ -189,47 +250,37 @@ async def _process_next(
         time.perf_counter() - started
     )
     if error is not None:
-        final = attempt >= min(settings.max_attempts, attempt_limit or settings.max_attempts)
-        retry_at = None if final else datetime.now(UTC) + backoff(settings, attempt)
-        await _fail(deps, chunk, error, raw, final=final, attempt=attempt, retry_at=retry_at)
-        if final:
-            metrics.CHUNKS_FINISHED.labels("failed", writer.name).inc()
-            run.failed += 1
-            return True
-        run.retried += 1
-        run.retry_at = retry_at
-        return False
+        return await _failed_attempt(deps, chunk, run, error, raw, attempt_limit, writer_name=writer.name)
 
     assert result is not None
     _count_tokens(writer, result)
-    started = time.perf_counter()
-    outcome = await deps.applier.apply(
-        Result(
-            chunk,
-            ApplyRequest(
-                tenant_id=chunk.tenant_id,
-                user_id=chunk.user_id,
-                ops=result.ops,
-                shown=shown,
-                provenance=Provenance(
-                    actor=deps.actor,
-                    kind="writer",
-                    writer=writer.name,
-                    model=writer.model,
-                    profile=writer.profile,
-                    prompt_hash=result.prompt_hash,
-                    chunk_id=chunk.id,
-                ),
-                agent_id=chunk.agent_id,
-                run_id=chunk.run_id,
-                memory_at=_memory_at(chunk),
-                raw_output=result.raw_output,
-                usage=result.usage,
-                guards=result.guards,
-                limits=deps.limits,
-            ),
-        )
+    apply_request = ApplyRequest(
+        tenant_id=chunk.tenant_id,
+        user_id=chunk.user_id,
+        ops=result.ops,
+        shown=shown,
+        provenance=Provenance(
+            actor=deps.actor,
+            kind="writer",
+            writer=writer.name,
+            model=writer.model,
+            profile=writer.profile,
+            prompt_hash=result.prompt_hash,
+            chunk_id=chunk.id,
+        ),
+        agent_id=chunk.agent_id,
+        run_id=chunk.run_id,
+        memory_at=_memory_at(chunk),
+        raw_output=result.raw_output,
+        usage=result.usage,
+        guards=result.guards,
+        limits=deps.limits,
     )
+    # Embedded here, before the apply's transaction locks anything.
+    vectors = await embed_ops(deps.embedder, [apply_request])
+    started = time.perf_counter()
+    outcome = await deps.applier.apply(Result(chunk, apply_request, vectors))
+    deps.outage_over()
     if outcome is None:  # applied meanwhile by an earlier delivery
         run.skipped += 1
         return True
@@ -246,6 +297,68 @@ async def _process_next(
     )
     run.applied += 1
     return True
+
+
+async def _failed_attempt(
+    deps: PipelineDeps,
+    chunk: ChunkRow,
+    run: ScopeRun,
+    error: str,
+    raw: str | None = None,
+    attempt_limit: int | None = None,
+    *,
+    writer_name: str,
+) -> bool:
+    """Record the claimed attempt as failed: retried after a backoff, or failed for good once the
+    chunk has had its attempts (True: go on with the scope's next chunk)."""
+    settings = deps.settings
+    attempt = chunk.attempts
+    final = attempt >= min(settings.max_attempts, attempt_limit or settings.max_attempts)
+    retry_at = None if final else datetime.now(UTC) + backoff(settings, attempt)
+    await _fail(deps, chunk, error, raw, final=final, attempt=attempt, retry_at=retry_at)
+    if final:
+        metrics.CHUNKS_FINISHED.labels("failed", writer_name).inc()
+        run.failed += 1
+        return True
+    run.retried += 1
+    run.retry_at = retry_at
+    return False
+
+
+async def _outage(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun, exc: Exception) -> bool:
+    """A fault that is not the chunk's: the claim goes back uncounted, and the chunk waits with the
+    error on it (`GET /v1/chunks/{id}` shows it) until the backoff has passed."""
+    error = _describe(exc)
+    retry_at = datetime.now(UTC) + deps.outage_backoff()
+    async with AsyncSession(deps.engine) as session, session.begin():
+        await PipelineRepository(session).give_back(
+            chunk, error=error[:_MAX_ERROR_CHARS], available_at=retry_at
+        )
+    log.warning("chunk.outage", chunk_id=str(chunk.id), seq=chunk.seq, error=error, at=retry_at.isoformat())
+    run.retried += 1
+    run.retry_at = retry_at
+    return False
+
+
+async def _give_back(deps: PipelineDeps, chunk: ChunkRow) -> None:
+    """Return the claim's attempt, if Postgres answers; shielded, so a job cancelled again meanwhile
+    does not stop it half-way."""
+
+    async def give_back() -> None:
+        async with AsyncSession(deps.engine) as session, session.begin():
+            await PipelineRepository(session).give_back(chunk)
+
+    try:
+        await asyncio.shield(give_back())
+    except Exception as exc:  # noqa: BLE001  (the fault being handled is what the caller reports)
+        log.warning("chunk.give_back_failed", chunk_id=str(chunk.id), error=type(exc).__name__)
+
+
+def _describe(exc: BaseException) -> str:
+    """An error as recorded on its chunk: a database error by its driver's message (SQLAlchemy's text
+    repeats the statement and its parameters)."""
+    cause = getattr(exc, "orig", None) or exc
+    return f"{type(cause).__name__}: {cause}"
 
 
 async def _nothing_claimed(deps: PipelineDeps, claim: Claim, run: ScopeRun) -> bool:
