@@ -117,6 +117,9 @@ class FakeLLM:
         self.embedding_requests: list[dict[str, Any]] = []
         self.embedding_dim = 384
         self.embed_text: Callable[[str], list[float]] | None = None  # None: the hashing model
+        # While `held_embeddings` is used: /v1/embeddings requests wait until it ends (see there).
+        self._embeddings_release: threading.Event | None = None
+        self._embeddings_arrived = threading.Event()
         self.in_flight = 0
         self.max_in_flight = 0
         self._server: uvicorn.Server | None = None
@@ -176,6 +179,10 @@ class FakeLLM:
 
             body = await request.json()
             self.embedding_requests.append(body)
+            release = self._embeddings_release
+            if release is not None:
+                self._embeddings_arrived.set()
+                await asyncio.to_thread(release.wait)
             reply = self.embedding_script.popleft() if self.embedding_script else Reply()
             await asyncio.sleep(self.latency_s if reply.delay_s is None else reply.delay_s)
             if reply.body is not None or reply.status != 200:
@@ -234,6 +241,18 @@ class FakeLLM:
             await asyncio.sleep(0.01)
         self.port = self._server.servers[0].sockets[0].getsockname()[1]
         return self
+
+    @contextlib.contextmanager
+    def held_embeddings(self) -> Iterator[threading.Event]:
+        """/v1/embeddings requests wait, unanswered, until the block ends. The event yielded is set
+        once one is waiting, so a test can look at the caller while it waits for the answer."""
+        self._embeddings_arrived.clear()
+        self._embeddings_release = release = threading.Event()
+        try:
+            yield self._embeddings_arrived
+        finally:
+            self._embeddings_release = None
+            release.set()
 
     @contextlib.contextmanager
     def in_thread(self) -> Iterator[FakeLLM]:

@@ -1,5 +1,6 @@
-"""Seeding a bank the way the pipeline writes it (apply_ops under a writer changeset), and reading
-the database clock between steps, so as-of reads have exact instants to aim at."""
+"""Seeding a bank the way the pipeline writes it (apply_ops under a writer changeset), reading the
+database clock between steps, so as-of reads have exact instants to aim at, and seeing what other
+connections hold while a step waits on the network."""
 
 from __future__ import annotations
 
@@ -56,3 +57,20 @@ async def db_now(sessionmaker: async_sessionmaker[AsyncSession]) -> datetime:
         value = await session.scalar(text("SELECT clock_timestamp()"))
     assert isinstance(value, datetime)
     return value
+
+
+async def held_by_others(sessionmaker: async_sessionmaker[AsyncSession]) -> list[str]:
+    """What the other connections to this test's database hold now: an open transaction (with its
+    state and last statement) or a lock. Empty when none holds either."""
+    async with sessionmaker() as session:
+        rows = await session.execute(
+            text(
+                """
+                SELECT a.state, a.query, (SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid) AS locks
+                FROM pg_stat_activity a
+                WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+                  AND (a.xact_start IS NOT NULL OR EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid))
+                """
+            )
+        )
+        return [f"{row.state} with {row.locks} locks: {row.query}" for row in rows]

@@ -6,6 +6,13 @@ again with the same embedder continues from there; one with another embedder sta
 walk ends the target becomes the recorded embedder. While a run is under way, searches with the
 target embedder are allowed (the bank is partly re-embedded); others are refused.
 
+No network call is made with a transaction open: a batch is read, the read ends, the texts are
+embedded, and a second transaction writes the vectors and moves the cursor. A memory edited while its
+batch was embedded must not get the vector of the text it no longer holds, so each vector is written
+only where the memory still holds the text it was made from; the memories whose text changed are read
+again and embedded again before the cursor passes them. (Edits made behind the cursor come from
+processes with the new embedder: those with the old one are stopped before a run, as the CLI says.)
+
 Version rows keep the vectors they were written with (history is append-only); `as_of` searches use
 the re-embedded vector of a memory whose content is unchanged since, which covers most of the past,
 and an undo that brings an older text back embeds it again (`HistoryRepository.stale_vectors`).
@@ -13,17 +20,36 @@ and an undo that brings an older text back embeds it again (`HistoryRepository.s
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Table, bindparam, func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import Table, bindparam, func, select, text, update
+from sqlalchemy.dialects.postgresql import ARRAY, UUID, insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.types import String, Text
 
+from app.db.base import vector_text
 from app.db.models import EmbeddingConfig, Memory
 from app.embeddings import Embedder
 
 MEMORIES: Table = Memory.__table__  # type: ignore[assignment]
+
+# Each vector where its memory still holds the text it was embedded from; the ids written come back.
+# An edit committing meanwhile holds the row until it commits, and the UPDATE then re-checks the
+# condition against the edited row.
+_WRITE_UNCHANGED = text(
+    """
+    UPDATE memories m SET embedding = CAST(f.vector AS vector)
+    FROM unnest(:ids, :contents, :vectors) AS f(id, content, vector)
+    WHERE m.id = f.id AND m.content = f.content
+    RETURNING m.id
+    """
+).bindparams(
+    bindparam("ids", type_=ARRAY(UUID(as_uuid=True))),
+    bindparam("contents", type_=ARRAY(Text)),
+    bindparam("vectors", type_=ARRAY(String)),
+)
 
 
 class ReembedError(RuntimeError):
@@ -86,14 +112,14 @@ async def reembed(
         progress(done, total)
     batches = 0
     m = MEMORIES.c
-    write = update(MEMORIES).where(m.id == bindparam("b_id")).values(embedding=bindparam("b_embedding"))
     while max_batches is None or batches < max_batches:
-        async with sessionmaker() as session, session.begin():
+        async with sessionmaker() as session:  # closed (its read transaction ended) before embedding
             stmt = select(m.id, m.content).order_by(m.id).limit(batch_size)
             if cursor is not None:
                 stmt = stmt.where(m.id > cursor)
             rows = (await session.execute(stmt)).all()
-            if not rows:
+        if not rows:
+            async with sessionmaker() as session, session.begin():
                 await session.execute(
                     update(EmbeddingConfig)
                     .where(EmbeddingConfig.id == 1)
@@ -105,20 +131,51 @@ async def reembed(
                         changed_at=func.now(),
                     )
                 )
-                return ReembedOutcome(embedder.name, previous, total, done, resumed_from, finished=True)
-            vectors = await embedder.embed([r.content for r in rows])
-            connection = await session.connection()
-            await connection.execute(
-                write, [{"b_id": r.id, "b_embedding": v} for r, v in zip(rows, vectors, strict=True)]
-            )
-            cursor = rows[-1].id
-            await session.execute(
-                update(EmbeddingConfig)
-                .where(EmbeddingConfig.id == 1)
-                .values(cursor=cursor, updated_at=func.now())
-            )
+            return ReembedOutcome(embedder.name, previous, total, done, resumed_from, finished=True)
+        cursor = rows[-1].id
+        await _reembed_batch(sessionmaker, embedder, {r.id: r.content for r in rows}, cursor)
         done += len(rows)
         batches += 1
         if progress:
             progress(min(done, total), total)
     return ReembedOutcome(embedder.name, previous, total, done, resumed_from, finished=False)
+
+
+async def _reembed_batch(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    embedder: Embedder,
+    texts: dict[uuid.UUID, str],
+    cursor: uuid.UUID,
+) -> None:
+    """Embed a batch and store its vectors; the last transaction also moves the run's cursor to
+    `cursor`. Memories whose text changed meanwhile are read again and embedded again, until every
+    memory of the batch has the vector of the text it holds (a purged one drops out)."""
+    pending = texts
+    while pending:
+        vectors = await embedder.embed(list(pending.values()))
+        async with sessionmaker() as session, session.begin():
+            written = set(
+                (
+                    await session.execute(
+                        _WRITE_UNCHANGED,
+                        {
+                            "ids": list(pending),
+                            "contents": list(pending.values()),
+                            "vectors": [vector_text(v) for v in vectors],
+                        },
+                    )
+                ).scalars()
+            )
+            changed = [memory_id for memory_id in pending if memory_id not in written]
+            pending = {}
+            if changed:
+                rows = await session.execute(
+                    select(MEMORIES.c.id, MEMORIES.c.content).where(MEMORIES.c.id.in_(changed))
+                )
+                pending = {row.id: row.content for row in rows}
+            if not pending:
+                await session.execute(
+                    update(EmbeddingConfig)
+                    .where(EmbeddingConfig.id == 1)
+                    .values(cursor=cursor, updated_at=func.now())
+                )

@@ -1,12 +1,16 @@
 """Changing embedder: searches with the new one are refused until `memstore reembed` has moved the
-stored vectors; a re-embedding interrupted half-way resumes where it stopped."""
+stored vectors; a re-embedding interrupted half-way resumes where it stopped; it calls the embedder with
+no transaction open, and a memory edited meanwhile ends with the vector of its new text."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable
 
 import pytest
 from litestar.testing import AsyncTestClient
@@ -25,6 +29,7 @@ from app.server.asgi import create_app
 from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys
 from tests.integration.search.test_search import add, change
+from tests.support.history import held_by_others
 
 HASHING = HashingEmbedder(384)
 CONTENTS = [f"The user collects {kind} stamps." for kind in ("French", "Dutch", "Czech", "Greek", "Irish")]
@@ -93,6 +98,65 @@ async def test_reembed_is_required_resumable_and_complete(
         again = await reembed(sessionmaker, embedder)
         assert again.finished
         assert again.resumed_from == again.total  # nothing left to do
+
+
+def assert_embedded_by(memory: Memory, model: Callable[[str], list[float]], content: str) -> None:
+    assert memory.content == content
+    assert memory.embedding is not None
+    want = model(content)
+    assert all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(memory.embedding, want, strict=True))
+
+
+async def memories(sessionmaker: async_sessionmaker[AsyncSession]) -> dict[uuid.UUID, Memory]:
+    async with sessionmaker() as session:
+        return {m.id: m for m in (await session.scalars(select(Memory))).all()}
+
+
+async def test_reembed_waits_for_the_embedder_with_no_transaction_open(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    from tests.support.fake_llm import FakeLLM
+
+    await add(sessionmaker, tenant.tenant_id, "u", CONTENTS)
+    async with sessionmaker() as session, session.begin():
+        await record_embedder(session, HASHING)
+    async with FakeLLM() as server:
+        server.embed_text = reversed_model
+        embedder = OpenAIEmbedder(server.base_url, "all-MiniLM-L6-v2", 384)
+        with server.held_embeddings() as arrived:
+            running = asyncio.create_task(reembed(sessionmaker, embedder, batch_size=2))
+            assert await asyncio.to_thread(arrived.wait, 30)
+            assert await held_by_others(sessionmaker) == []
+        assert (await running).finished
+        await embedder.aclose()
+    for memory in (await memories(sessionmaker)).values():
+        assert_embedded_by(memory, reversed_model, memory.content)
+
+
+async def test_a_memory_edited_while_its_batch_is_embedded_gets_its_new_texts_vector(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    from tests.support.fake_llm import FakeLLM
+
+    ids = await add(sessionmaker, tenant.tenant_id, "u", CONTENTS)
+    async with sessionmaker() as session, session.begin():
+        await record_embedder(session, HASHING)
+    edited = "The user collects Maltese stamps."
+    async with FakeLLM() as server:
+        server.embed_text = reversed_model
+        embedder = OpenAIEmbedder(server.base_url, "all-MiniLM-L6-v2", 384)
+        with server.held_embeddings() as arrived:
+            running = asyncio.create_task(reembed(sessionmaker, embedder))
+            assert await asyncio.to_thread(arrived.wait, 30)
+            # Edited (by a process with the new model, as the CLI asks) after the batch was read.
+            await change(sessionmaker, tenant.tenant_id, ids[0], Op(OpKind.UPDATE, edited, (0,)))
+        done = await running
+        await embedder.aclose()
+    assert (done.finished, done.done) == (True, len(CONTENTS))
+    stored = await memories(sessionmaker)
+    assert_embedded_by(stored[ids[0]], reversed_model, edited)
+    for memory_id, content in zip(ids[1:], CONTENTS[1:], strict=True):
+        assert_embedded_by(stored[memory_id], reversed_model, content)
 
 
 async def test_reembed_refuses_another_dimension(
