@@ -3,12 +3,17 @@
 A writer never sees database ids. Existing memories are shown as `Candidate`s under short local ids
 (0, 1, 2 ... in the order given), and ops name targets by those ids; the apply step maps them back
 and drops anything that names an id it did not show (architecture invariant 5).
+
+What a model writes may hold characters no Postgres text can (NUL, and the lone UTF-16 surrogates that
+a JSON escape such as `\\ud800` decodes to); `storable_ops` takes them out of the ops' text before
+anything is written, so such an answer costs one guard, not the chunk.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -102,6 +107,43 @@ class WriteResult:
     # What the writer itself dropped from the model's answer (an unknown op, an invented id), recorded
     # on the changeset beside the guards the apply step adds.
     guards: list[dict[str, Any]] = field(default_factory=list)
+
+
+# NUL, and any surrogate code point (in a Python str from JSON, a surrogate is always a lone one: a
+# valid pair decodes to the character it encodes); UTF-8, and so Postgres, has no encoding for either.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """`text` without the characters Postgres text cannot hold."""
+    return _UNSTORABLE.sub("", text)
+
+
+def storable_ops(ops: list[Op]) -> tuple[list[Op], list[dict[str, Any]]]:
+    """The ops with their content, tags and reason made storable, and a `unstorable_text` guard for
+    each op that held something else. An op keeps its place (the apply step's guards refer to ops by
+    index); one whose content is left empty is then dropped there as `bad_content`."""
+    clean: list[Op] = []
+    guards: list[dict[str, Any]] = []
+    for index, op in enumerate(ops):
+        texts = [op.content or "", op.reason or "", *op.tags]
+        removed = sum(len(_UNSTORABLE.findall(text)) for text in texts)
+        if not removed:
+            clean.append(op)
+            continue
+        tags = tuple(tag for tag in map(storable_text, op.tags) if tag.strip())
+        content = storable_text(op.content) if op.content is not None else None
+        reason = storable_text(op.reason) if op.reason is not None else None
+        clean.append(replace(op, content=content, tags=tags, reason=reason or None))
+        guards.append(
+            {
+                "guard": "unstorable_text",
+                "op_index": index,
+                "op": op.kind.value,
+                "detail": f"removed {removed} character(s) no Postgres text can hold (NUL, lone surrogates)",
+            }
+        )
+    return clean, guards
 
 
 class WriterError(Exception):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.writers.base import WriteRequest, WriteResult
+from app.writers.base import WriteRequest, WriteResult, storable_ops
 from app.writers.profiles import ModelSession, Profile, get_profile
 from app.writers.transport import ChatTransport, ResponseFormat, TransportConfig
 
@@ -42,7 +42,8 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 class LLMWriter:
     """Runs its profile against the model for each chunk; usage, prompt hash and raw output go on the
-    changeset. Unparseable output gets one repair request, then fails the attempt (see `ModelSession`)."""
+    changeset. Unparseable output gets one repair request, then fails the attempt (see `ModelSession`);
+    text no Postgres column can hold is taken out of the ops (`storable_ops`)."""
 
     initial_candidates = False  # every profile extracts first and retrieves for what it extracted
 
@@ -76,12 +77,13 @@ class LLMWriter:
     async def write(self, request: WriteRequest) -> WriteResult:
         session = ModelSession(self.transport, max_tokens_cap=self.spec.max_tokens)
         result = await self.profile_impl.write(request, session)
+        ops, unstorable = storable_ops(result.ops)
         return WriteResult(
-            ops=result.ops,
+            ops=ops,
             raw_output=session.raw_output(),
             prompt_hash=self.prompt_hash,
             usage=session.usage(),
-            guards=result.guards,
+            guards=result.guards + unstorable,
         )
 
     async def aclose(self) -> None:

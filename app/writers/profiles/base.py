@@ -124,7 +124,10 @@ class ModelSession:
 
     def raw_output(self) -> str:
         """Everything the model answered for this chunk, step by step, as JSON."""
-        return json.dumps(self.transcript, ensure_ascii=False)
+        text = json.dumps(self.transcript, ensure_ascii=False)
+        # A lone surrogate (from a JSON escape in the answer) has no UTF-8 form; it is kept as its
+        # JSON escape, which is where it can only be: inside a string. NULs json.dumps escapes itself.
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
     def usage(self) -> dict[str, Any]:
         return {

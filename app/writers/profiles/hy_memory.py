@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.writers.base import Op, OpKind, WriteRequest
+from app.writers.base import Op, OpKind, WriteRequest, storable_text
 from app.writers.profiles.base import (
     ModelSession,
     ParseError,
@@ -185,7 +185,7 @@ def to_ops(items: list[dict[str, Any]]) -> ProfileResult:
                 {
                     "guard": "unknown_op",
                     "op_index": index,
-                    "op": kind[:20],
+                    "op": storable_text(kind[:20]),
                     "detail": "not ADD, UPDATE or SUPERSEDE",
                 }
             )

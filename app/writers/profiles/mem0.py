@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from app.writers.base import Op, OpKind, WriteRequest
+from app.writers.base import Op, OpKind, WriteRequest, storable_text
 from app.writers.profiles.base import (
     ModelSession,
     ParseError,
@@ -120,7 +120,7 @@ def to_ops(events: list[dict[str, Any]]) -> ProfileResult:
                 {
                     "guard": "unknown_op",
                     "op_index": index,
-                    "op": event[:20],
+                    "op": storable_text(event[:20]),
                     "detail": "not ADD, UPDATE, DELETE or NONE",
                 }
             )

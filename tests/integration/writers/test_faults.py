@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.db.models import Changeset, Chunk, Memory
+from app.db.models import Changeset, Chunk, Memory, MemoryVersion
 from tests.conftest import TenantKeys
 from tests.support.fake_llm import FakeLLM, Reply, protocol_responder
 from tests.support.workers import running_worker, wait_for_chunks
@@ -182,3 +182,59 @@ async def test_a_server_without_structured_output_is_asked_again_without_it(
     async with running_worker(llm_settings):
         assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 2) == {"applied": 2}
     assert ["response_format" in body for body in fake_llm.requests] == [True, False, False]
+
+
+async def test_text_postgres_cannot_hold_is_taken_out_of_the_ops_and_the_chunk_applies(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    llm_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    fake_llm: FakeLLM,
+) -> None:
+    fake_llm.enqueue(
+        Reply.json({"memory": [{"content": "The user lives in Lyon.", "tags": ["home"], "owner": "user"}]}),
+        Reply.json(
+            {"memory": [{"content": "The user lives in Seattle.", "tags": ["home"], "owner": "user"}]}
+        ),
+        Reply.json(
+            [
+                {
+                    "op": "SUPERSEDE",
+                    "memory_ids": ["0"],
+                    "content": "The user lives in\u0000 Seattle.\ud800",
+                    "supersede_reason": "moved\u0000",
+                    "owner": "user",
+                    "tags": ["ho\u0000me", "\u0000"],
+                }
+            ]
+        ),
+    )
+    for day, text in ((1, "I live in Lyon."), (20, "I moved to Seattle.")):
+        chunk = {
+            "user_id": "gus",
+            "writer": "hy",
+            "messages": [{"role": "user", "content": text, "created_at": f"2026-11-{day:02d}T10:00:00Z"}],
+        }
+        assert (await api.post("/v1/chunks", json=chunk, headers=ingest_headers)).status_code == 202
+    async with running_worker(llm_settings):
+        assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 2) == {"applied": 2}
+
+    async with sessionmaker() as session:
+        chunk = (
+            await session.execute(select(Chunk).where(Chunk.user_id == "gus", Chunk.seq == 2))
+        ).scalar_one()
+        assert chunk.attempts == 1
+        memory = (
+            await session.execute(select(Memory).where(Memory.user_id == "gus", Memory.status == "active"))
+        ).scalar_one()
+        assert (memory.content, memory.tags) == ("The user lives in Seattle.", ["home"])
+        version = (
+            await session.execute(select(MemoryVersion).where(MemoryVersion.memory_id == memory.id))
+        ).scalar_one()
+        assert version.reason == "moved"
+        changeset = await session.get(Changeset, chunk.changeset_id)
+        assert changeset is not None
+        assert [g["guard"] for g in changeset.guards] == ["unstorable_text"]
+        assert changeset.ops[0]["content"] == "The user lives in Seattle."
+        assert "\\ud800" in (changeset.raw_output or "")  # what the model said is kept, escaped
