@@ -2,14 +2,22 @@
 
 One `ChatTransport` per configured writer and process: a pooled HTTP client with a cap on requests
 in flight and retries with jittered backoff (`app.lib.http`, shared with the embedder), and
-structured output where the server supports it: the JSON schema is sent as `response_format`, and a
-server that rejects it is remembered and asked again without.
+structured output where the server supports it.
+
+Structured output in `auto` mode goes down a ladder, one rung per refusal: the JSON schema as
+`json_schema` (OpenAI, vLLM, recent llama.cpp), the schema inside `json_object` (how llama.cpp and
+llama-cpp-python take one), plain `json_object`, then nothing but the prompt. Only an error that is
+about the `response_format` itself moves the writer down, for good in this process, and the request is
+sent again at once in the next form; any other refusal (the prompt is too long, a bad parameter)
+fails that call alone and the next call asks for the schema again. Concurrent calls refused at once
+move the writer down one rung, not one each.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -19,11 +27,37 @@ import structlog
 
 from app.lib import metrics
 from app.lib.http import RETRY_STATUSES, Endpoint, RetryPolicy
-from app.writers.base import WriterError
+from app.writers.base import WriterError, storable_text
 
 log = structlog.get_logger(__name__)
 
 ResponseFormat = Literal["auto", "json_schema", "json_object", "none"]
+# What is sent as `response_format`; "json_object_schema" is `{"type": "json_object", "schema": S}`.
+Structure = Literal["json_schema", "json_object_schema", "json_object", "none"]
+# `auto`: each refusal of one form moves the writer to the next.
+AUTO_FALLBACK: dict[Structure, Structure] = {
+    "json_schema": "json_object_schema",
+    "json_object_schema": "json_object",
+    "json_object": "none",
+}
+# How servers say that they cannot do the `response_format` asked for. Matched against the error body;
+# each pattern names the format, so an error that only echoes the request (a validation error that
+# quotes the body) or is about something else (the context length) does not match.
+FORMAT_REFUSAL = re.compile(
+    "|".join(
+        (
+            r"'response_format' of type '\w+' is not supported",  # OpenAI, a model without json_schema
+            r"to use 'response_format'",  # OpenAI: json_object needs the word JSON in the messages
+            r"\"param\":\s*\"response_format\"",  # OpenAI, any other refusal of the field
+            r"response_format type must be one of",  # llama.cpp's server (400, older builds 500)
+            r"input should be 'text' or 'json_object'",  # llama-cpp-python (500); vLLM before json_schema
+            r"response_format\W+(?:is )?not (?:supported|allowed)",  # OpenAI-compatible gateways
+            r"unsupported response_format",
+            r"json schema|structured output|guided decoding|grammar",  # a schema the server cannot compile
+        )
+    ),
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -72,14 +106,20 @@ class ChatTransport:
             max_concurrency=config.max_concurrency,
         )
         self.retries = RetryPolicy(config.max_retries, config.backoff_s, config.backoff_max_s)
-        # "auto" starts with the schema and drops it for good if the server refuses it.
-        self._format: ResponseFormat = config.response_format
+        mode = config.response_format
+        self.auto = mode == "auto"
+        self.structure: Structure = "json_schema" if mode == "auto" else mode
 
     async def aclose(self) -> None:
         await self.endpoint.aclose()
 
     def _body(
-        self, messages: list[dict[str, str]], max_tokens: int, schema: dict[str, Any] | None, name: str
+        self,
+        messages: list[dict[str, str]],
+        max_tokens: int,
+        structure: Structure,
+        schema: dict[str, Any] | None,
+        name: str,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.config.model,
@@ -87,14 +127,27 @@ class ChatTransport:
             "temperature": self.config.temperature,
             "max_tokens": max_tokens,
         }
-        if schema is not None and self._format in ("auto", "json_schema"):
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": name, "schema": schema},
-            }
-        elif self._format == "json_object":
+        if structure == "json_object":
             body["response_format"] = {"type": "json_object"}
+        elif schema is not None and structure == "json_schema":
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+        elif schema is not None and structure == "json_object_schema":
+            body["response_format"] = {"type": "json_object", "schema": schema}
         return {**body, **self.config.extra_body}
+
+    def _fall_back(self, refused: Structure, detail: str) -> None:
+        """The server refused `refused` for what it is: use the next form from now on. A call that
+        sent an older form than the current one (refused concurrently) does not move it again."""
+        if self.structure != refused:
+            return
+        self.structure = AUTO_FALLBACK[refused]
+        log.warning(
+            "writer.response_format_refused",
+            writer=self.writer,
+            refused=refused,
+            now=self.structure,
+            detail=detail,
+        )
 
     async def complete(
         self,
@@ -110,7 +163,8 @@ class ChatTransport:
         async with self.endpoint.slot():
             while True:
                 attempt += 1
-                body = self._body(messages, max_tokens, schema, schema_name)
+                structure = self.structure
+                body = self._body(messages, max_tokens, structure, schema, schema_name)
                 outcome, retry_after, detail = "ok", None, ""
                 try:
                     answer = await self.endpoint.post("chat/completions", body)
@@ -123,14 +177,19 @@ class ChatTransport:
                     if status == 200:
                         metrics.WRITER_REQUESTS.labels(self.writer, "ok").inc()
                         return _completion(answer.text, time.perf_counter() - started, attempt)
-                    detail = f"HTTP {status}: {answer.text[:300]}"
-                    if status in (400, 422) and "response_format" in body and self._format == "auto":
-                        # The server does not do structured output; ask again in plain JSON prompting.
-                        log.warning("writer.response_format_unsupported", writer=self.writer, detail=detail)
-                        self._format = "none"
+                    detail = f"HTTP {status}: {storable_text(answer.text[:300])}"
+                    if "response_format" in body and FORMAT_REFUSAL.search(answer.text):
                         metrics.WRITER_REQUESTS.labels(self.writer, "format_rejected").inc()
-                        attempt -= 1
-                        continue
+                        if self.auto and structure in AUTO_FALLBACK:
+                            # Not an attempt at the answer: the same request again, in the next form.
+                            self._fall_back(structure, detail)
+                            attempt -= 1
+                            continue
+                        msg = (
+                            f"writer endpoint refused the response_format it was sent ({detail}); "
+                            "set the writer's response_format to auto or to a form it supports"
+                        )
+                        raise TransportError(msg)
                     outcome = "http_429" if status == 429 else f"http_{status // 100}xx"
                     if status not in RETRY_STATUSES:
                         metrics.WRITER_REQUESTS.labels(self.writer, outcome).inc()

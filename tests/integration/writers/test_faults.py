@@ -156,9 +156,57 @@ async def test_every_fault_ends_applied_or_failed_and_later_chunks_proceed(
             assert chunk.attempts == 1, marker
 
 
-@pytest.mark.parametrize("status", [400, 422])
-async def test_a_server_without_structured_output_is_asked_again_without_it(
+# What servers answer to a response_format they cannot do, and what they do take.
+def _error(message: str, **fields: Any) -> bytes:
+    return json.dumps({"error": {"message": message, **fields}}).encode()
+
+
+LLAMA_CPP = _error(
+    'response_format type must be one of "text" or "json_object", but got: json_schema',
+    type="invalid_request_error",
+)
+LLAMA_CPP_PYTHON = _error(
+    "1 validation error for CreateChatCompletionRequest\nresponse_format.type\n"
+    "  Input should be 'text' or 'json_object' [type=literal_error, input_value='json_schema']",
+    type="internal_server_error",
+)
+NO_FORMAT = _error("response_format is not supported")
+CONTEXT_LENGTH = _error(
+    "This model's maximum context length is 4096 tokens. However, you requested 5120 tokens. "
+    "Please reduce the length of the messages or completion.",
+    type="BadRequestError",
+)
+
+
+def _sent_format(body: dict[str, Any]) -> str:
+    sent = body.get("response_format")
+    if sent is None:
+        return "none"
+    return "json_object_schema" if "schema" in sent else str(sent["type"])
+
+
+@pytest.mark.parametrize(
+    ("status", "refusal", "takes", "sent"),
+    [
+        # llama.cpp: takes the schema inside json_object (and enforces it); the same answer as 500
+        (400, LLAMA_CPP, {"json_object_schema"}, ["json_schema", "json_object_schema", "json_object_schema"]),
+        (500, LLAMA_CPP, {"json_object_schema"}, ["json_schema", "json_object_schema", "json_object_schema"]),
+        (
+            500,
+            LLAMA_CPP_PYTHON,
+            {"json_object_schema"},
+            ["json_schema", "json_object_schema", "json_object_schema"],
+        ),
+        # no structured output at all: down to the prompt alone, a rung per refusal
+        (400, NO_FORMAT, {"none"}, ["json_schema", "json_object_schema", "json_object", "none", "none"]),
+        (422, NO_FORMAT, {"none"}, ["json_schema", "json_object_schema", "json_object", "none", "none"]),
+    ],
+)
+async def test_a_server_that_refuses_the_schema_gets_the_next_form_and_the_chunks_apply(
     status: int,
+    refusal: bytes,
+    takes: set[str],
+    sent: list[str],
     api: Client,
     ingest_headers: dict[str, str],
     tenant: TenantKeys,
@@ -166,12 +214,12 @@ async def test_a_server_without_structured_output_is_asked_again_without_it(
     sessionmaker: async_sessionmaker[AsyncSession],
     fake_llm: FakeLLM,
 ) -> None:
-    def no_schema_support(body: dict[str, Any]) -> Reply:
-        if "response_format" in body:
-            return Reply(status=status, body=b'{"error": {"message": "response_format is not supported"}}')
+    def limited_server(body: dict[str, Any]) -> Reply:
+        if _sent_format(body) not in takes:
+            return Reply(status=status, body=refusal)
         return protocol_responder(body)
 
-    fake_llm.responder = no_schema_support
+    fake_llm.responder = limited_server
     for day in (1, 2):
         chunk = {
             "user_id": "eve",
@@ -181,7 +229,39 @@ async def test_a_server_without_structured_output_is_asked_again_without_it(
         assert (await api.post("/v1/chunks", json=chunk, headers=ingest_headers)).status_code == 202
     async with running_worker(llm_settings):
         assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 2) == {"applied": 2}
-    assert ["response_format" in body for body in fake_llm.requests] == [True, False, False]
+    assert [_sent_format(body) for body in fake_llm.requests] == sent
+    if "json_object_schema" in takes:
+        assert fake_llm.requests[-1]["response_format"]["schema"]["required"] == ["memories"]
+    async with sessionmaker() as session:
+        attempts = (await session.execute(select(Chunk.attempts).where(Chunk.user_id == "eve"))).scalars()
+        assert list(attempts) == [1, 1]  # falling back is not an attempt
+
+
+async def test_a_context_length_error_fails_that_call_and_leaves_structured_output_on(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    llm_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    fake_llm: FakeLLM,
+) -> None:
+    fake_llm.enqueue(Reply(status=400, body=CONTEXT_LENGTH))
+    for day in (1, 2):
+        chunk = {
+            "user_id": "fay",
+            "writer": "simple",
+            "messages": [{"role": "user", "content": f"Fact {day}."}],
+        }
+        assert (await api.post("/v1/chunks", json=chunk, headers=ingest_headers)).status_code == 202
+    async with running_worker(llm_settings):
+        assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 2) == {"applied": 2}
+    # The refused call, its chunk's next attempt, the next chunk: every one asked for the schema.
+    assert [_sent_format(body) for body in fake_llm.requests] == ["json_schema"] * 3
+    async with sessionmaker() as session:
+        chunks = (
+            await session.execute(select(Chunk).where(Chunk.user_id == "fay").order_by(Chunk.seq))
+        ).scalars()
+        assert [chunk.attempts for chunk in chunks] == [2, 1]
 
 
 async def test_text_postgres_cannot_hold_is_taken_out_of_the_ops_and_the_chunk_applies(
