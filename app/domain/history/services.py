@@ -5,16 +5,26 @@ memories that differ as new versions (op ROLLBACK or RESTORE) under one new chan
 `rollback`, `revert` or `restore` — so an undo is attributed, audited, and can itself be reverted.
 A dry run computes the same diff and writes nothing. Services never commit: the request (or CLI
 command) makes each call one transaction.
+
+No network call is made while the undo holds a lock or a transaction it began. A restored text whose
+stored vector is another model's (`HistoryRepository.stale_vectors`: a `memstore reembed` since) must be
+embedded again, and which texts those are is only known under the heads' locks. So an undo runs as
+attempts: one that finds a text not embedded yet writes nothing and raises `_Unembedded`; its
+transaction is rolled back (when the undo began it: a request's session has none open when its handler
+starts) or its savepoint is (when the caller had one open: the caller's transaction stays, the undo's
+row locks go); the texts are embedded; and the undo runs again from the start. Running again locks and
+reads the heads again, so a memory changed while texts were embedded is planned from its new head, and
+only a text that became stale meanwhile needs another round (`_EMBED_ROUNDS`, then 409 `memory_changed`).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -27,6 +37,15 @@ from app.domain.memories.services import get_memory
 from app.domain.pipeline.locks import scope_lock_key
 from app.embeddings import Embedder
 from app.lib.errors import ApiError, ConflictError, NotFoundError
+
+T = TypeVar("T")
+
+# Texts embedded by the current embedder for this undo, by text (a vector depends on the text alone).
+Embedded = dict[str, list[float]]
+
+# Rounds of embedding one undo may take before it gives up with 409: the second round only happens when
+# a text became stale while the first round's texts were embedded.
+_EMBED_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -82,66 +101,122 @@ def plan_restorations(
     return restorations, diff
 
 
-async def write_restorations(
+@dataclass(frozen=True)
+class ScopeUndo:
+    """One scope's part of an undo: its locked heads, the state each memory goes to, and what the new
+    changeset's `target` records."""
+
+    user_id: str
+    heads: dict[uuid.UUID, VersionState]
+    targets: dict[uuid.UUID, VersionState]
+    target: dict[str, Any]
+
+
+class _Unembedded(Exception):  # noqa: N818  (a signal between an attempt and its retry, not an error)
+    """An attempt needs these texts embedded before it can write; raised before it writes anything."""
+
+    def __init__(self, texts: list[str]) -> None:
+        super().__init__(f"{len(texts)} texts to embed")
+        self.texts = texts
+
+
+async def _embedding_outside_locks(
+    session: AsyncSession, embedder: Embedder, attempt: Callable[[Embedded], Awaitable[T]]
+) -> T:
+    """Run `attempt` until it finds every text it must embed already embedded (module docstring).
+
+    A rollback of a transaction the undo began also expires what the session had loaded before; the
+    callers (a request's handler, the CLI) hold nothing from it."""
+    embedded: Embedded = {}
+    began_here = not session.in_transaction()
+    rounds = 0
+    while True:
+        try:
+            if began_here:
+                return await attempt(embedded)
+            async with session.begin_nested():
+                return await attempt(embedded)
+        except _Unembedded as unembedded:
+            if began_here:
+                await session.rollback()  # only this undo's reads and locks: it wrote nothing yet
+            if rounds == _EMBED_ROUNDS:
+                raise ConflictError(
+                    "The memories kept changing while their restored texts were embedded; retry.",
+                    code="memory_changed",
+                ) from None
+            texts = unembedded.texts
+        rounds += 1
+        embedded.update(zip(texts, await embedder.embed(texts), strict=True))
+
+
+async def write_undo(
     session: AsyncSession,
-    *,
     tenant_id: uuid.UUID,
-    user_id: str,
+    scopes: Sequence[ScopeUndo],
+    *,
     kind: str,
     op: str,
     who: Actor,
-    embedder: Embedder,
-    target: dict[str, Any],
-    heads: dict[uuid.UUID, VersionState],
-    targets: dict[uuid.UUID, VersionState],
+    embedded: Embedded,
     result: UndoResult,
 ) -> None:
-    """Plan and (unless a dry run) write one scope's restorations under a new changeset."""
-    restorations, diff = plan_restorations(heads, targets)
-    result.diff.extend(diff)
-    if result.dry_run or not restorations:
+    """Plan every scope's restorations and (unless a dry run) write each scope's under a new changeset.
+
+    Raises `_Unembedded`, before writing anything, when a restored text needs a vector not in
+    `embedded`."""
+    planned = []
+    for scope in scopes:
+        restorations, diff = plan_restorations(scope.heads, scope.targets)
+        result.diff.extend(diff)
+        if restorations:
+            planned.append((scope, restorations))
+    if result.dry_run or not planned:
         return
-    changeset_id = uuid.uuid4()
-    await ChangesetRepository(session).insert_many(
-        [
-            {
-                "id": changeset_id,
-                "tenant_id": tenant_id,
-                "user_id": user_id,
-                "kind": kind,
-                "actor": who.actor,
-                "reason": who.reason,
-                "target": target,
-                "ops": [
-                    {
-                        "op": op,
-                        "memory_id": str(r.memory_id),
-                        "from_version": r.new_version - 1,
-                        "state_of_version": r.source_version,
-                        "status": r.status,
-                        "version": r.new_version,
-                    }
-                    for r in restorations
-                ],
-            }
-        ]
-    )
     repo = HistoryRepository(session)
     # A restored text whose stored vector predates the current embedder (a `memstore reembed` since)
-    # is embedded again: the bank never mixes vectors of two models.
-    stale = await repo.stale_vectors(tenant_id, restorations)
-    fresh = await embedder.embed([content for _, content in stale]) if stale else []
-    await repo.write_restorations(
-        tenant_id=tenant_id,
-        user_id=user_id,
-        changeset_id=changeset_id,
-        op=op,
-        actor=who.actor,
-        reason=who.reason,
-        restorations=restorations,
-        vectors={memory_id: vector for (memory_id, _), vector in zip(stale, fresh, strict=True)},
-    )
-    result.changeset_ids.append(changeset_id)
+    # gets the current embedder's vector: the bank never mixes vectors of two models.
+    stale = await repo.stale_vectors(tenant_id, [r for _, restorations in planned for r in restorations])
+    missing = sorted({content for _, content in stale if content not in embedded})
+    if missing:
+        raise _Unembedded(missing)
+    vectors = {memory_id: embedded[content] for memory_id, content in stale}
+    for scope, restorations in planned:
+        changeset_id = uuid.uuid4()
+        await ChangesetRepository(session).insert_many(
+            [
+                {
+                    "id": changeset_id,
+                    "tenant_id": tenant_id,
+                    "user_id": scope.user_id,
+                    "kind": kind,
+                    "actor": who.actor,
+                    "reason": who.reason,
+                    "target": scope.target,
+                    "ops": [
+                        {
+                            "op": op,
+                            "memory_id": str(r.memory_id),
+                            "from_version": r.new_version - 1,
+                            "state_of_version": r.source_version,
+                            "status": r.status,
+                            "version": r.new_version,
+                        }
+                        for r in restorations
+                    ],
+                }
+            ]
+        )
+        await repo.write_restorations(
+            tenant_id=tenant_id,
+            user_id=scope.user_id,
+            changeset_id=changeset_id,
+            op=op,
+            actor=who.actor,
+            reason=who.reason,
+            restorations=restorations,
+            vectors={r.memory_id: vectors[r.memory_id] for r in restorations if r.memory_id in vectors},
+        )
+        result.changeset_ids.append(changeset_id)
 
 
 # --- rollback ------------------------------------------------------------------------------------
@@ -158,44 +233,46 @@ async def rollback_memory(
     dry_run: bool = False,
 ) -> UndoResult:
     """The memory becomes what it was at `to_version` (a new version, op ROLLBACK)."""
-    memory = await get_memory(session, tenant_id, memory_id)
-    repo = HistoryRepository(session)
-    heads = await repo.lock_heads(tenant_id, memory.user_id, [memory_id])
-    head = heads[memory_id]
-    if not 1 <= to_version <= head.version:
-        raise ApiError(
-            f"to_version must be between 1 and {head.version}.",
-            code="validation_error",
-            status_code=422,
-            details={"field": "to_version", "max": head.version},
-        )
-    source = (await repo.states_at(tenant_id, [(memory_id, to_version)]))[(memory_id, to_version)]
-    result = UndoResult(dry_run=dry_run)
-    await write_restorations(
-        session,
-        tenant_id=tenant_id,
-        user_id=memory.user_id,
-        kind="rollback",
-        op="ROLLBACK",
-        who=who,
-        embedder=embedder,
-        target={"memory_id": str(memory_id), "to_version": to_version},
-        heads=heads,
-        targets={memory_id: source},
-        result=result,
-    )
-    if result.changeset_ids:
-        await _audit(
+
+    async def attempt(embedded: Embedded) -> UndoResult:
+        memory = await get_memory(session, tenant_id, memory_id)
+        repo = HistoryRepository(session)
+        heads = await repo.lock_heads(tenant_id, memory.user_id, [memory_id])
+        head = heads[memory_id]
+        if not 1 <= to_version <= head.version:
+            raise ApiError(
+                f"to_version must be between 1 and {head.version}.",
+                code="validation_error",
+                status_code=422,
+                details={"field": "to_version", "max": head.version},
+            )
+        source = (await repo.states_at(tenant_id, [(memory_id, to_version)]))[(memory_id, to_version)]
+        target = {"memory_id": str(memory_id), "to_version": to_version}
+        result = UndoResult(dry_run=dry_run)
+        await write_undo(
             session,
             tenant_id,
-            who,
-            "memory.rolled_back",
-            "memory",
-            str(memory_id),
-            result,
-            to_version=to_version,
+            [ScopeUndo(memory.user_id, heads, {memory_id: source}, target)],
+            kind="rollback",
+            op="ROLLBACK",
+            who=who,
+            embedded=embedded,
+            result=result,
         )
-    return result
+        if result.changeset_ids:
+            await _audit(
+                session,
+                tenant_id,
+                who,
+                "memory.rolled_back",
+                "memory",
+                str(memory_id),
+                result,
+                to_version=to_version,
+            )
+        return result
+
+    return await _embedding_outside_locks(session, embedder, attempt)
 
 
 # --- revert --------------------------------------------------------------------------------------
@@ -212,17 +289,23 @@ async def revert_changeset(
     dry_run: bool = False,
 ) -> UndoResult:
     """Undo every write of one changeset (ADD -> deleted, others -> the state before it)."""
-    changeset = await HistoryRepository(session).changeset(tenant_id, changeset_id, lock=True)
-    if changeset is None:
-        raise NotFoundError("No such changeset.")
-    if changeset.status == "reverted":
-        raise ConflictError("The changeset is already reverted.", code="already_reverted")
-    result = await revert_changesets(
-        session, tenant_id, [changeset], who=who, embedder=embedder, force=force, dry_run=dry_run
-    )
-    if not dry_run:
-        await _audit(session, tenant_id, who, "changeset.reverted", "changeset", str(changeset_id), result)
-    return result
+
+    async def attempt(embedded: Embedded) -> UndoResult:
+        changeset = await HistoryRepository(session).changeset(tenant_id, changeset_id, lock=True)
+        if changeset is None:
+            raise NotFoundError("No such changeset.")
+        if changeset.status == "reverted":
+            raise ConflictError("The changeset is already reverted.", code="already_reverted")
+        result = await _revert_changesets(
+            session, tenant_id, [changeset], who=who, embedded=embedded, force=force, dry_run=dry_run
+        )
+        if not dry_run:
+            await _audit(
+                session, tenant_id, who, "changeset.reverted", "changeset", str(changeset_id), result
+            )
+        return result
+
+    return await _embedding_outside_locks(session, embedder, attempt)
 
 
 async def bulk_revert(
@@ -241,47 +324,51 @@ async def bulk_revert(
 ) -> UndoResult:
     """Revert every applied writer changeset matching, newest first ("undo what model X wrote since
     Tuesday"). Each user's bank gets one revert changeset."""
-    matching = await HistoryRepository(session).changesets(
-        tenant_id,
-        user_id=user_id,
-        writer=writer,
-        model=model,
-        kind="writer",
-        status="applied",
-        since=since,
-        until=until,
-        lock=True,
-    )
-    result = await revert_changesets(
-        session, tenant_id, matching, who=who, embedder=embedder, force=force, dry_run=dry_run
-    )
-    if not dry_run:
-        await _audit(
-            session,
+
+    async def attempt(embedded: Embedded) -> UndoResult:
+        matching = await HistoryRepository(session).changesets(
             tenant_id,
-            who,
-            "changesets.reverted",
-            "changesets",
-            None,
-            result,
-            filter={
-                "writer": writer,
-                "model": model,
-                "user_id": user_id,
-                "since": since.isoformat(),
-                "until": until.isoformat() if until else None,
-            },
+            user_id=user_id,
+            writer=writer,
+            model=model,
+            kind="writer",
+            status="applied",
+            since=since,
+            until=until,
+            lock=True,
         )
-    return result
+        result = await _revert_changesets(
+            session, tenant_id, matching, who=who, embedded=embedded, force=force, dry_run=dry_run
+        )
+        if not dry_run:
+            await _audit(
+                session,
+                tenant_id,
+                who,
+                "changesets.reverted",
+                "changesets",
+                None,
+                result,
+                filter={
+                    "writer": writer,
+                    "model": model,
+                    "user_id": user_id,
+                    "since": since.isoformat(),
+                    "until": until.isoformat() if until else None,
+                },
+            )
+        return result
+
+    return await _embedding_outside_locks(session, embedder, attempt)
 
 
-async def revert_changesets(
+async def _revert_changesets(
     session: AsyncSession,
     tenant_id: uuid.UUID,
     changesets: Sequence[Changeset],
     *,
     who: Actor,
-    embedder: Embedder,
+    embedded: Embedded,
     force: bool,
     dry_run: bool,
 ) -> UndoResult:
@@ -300,7 +387,7 @@ async def revert_changesets(
         seen = first[touch.user_id].get(touch.memory_id)
         if seen is None or touch.version < seen:
             first[touch.user_id][touch.memory_id] = touch.version
-    plans = []
+    scopes = []
     for user_id in sorted(first):
         earliest = first[user_id]
         heads = await repo.lock_heads(tenant_id, user_id, sorted(earliest))
@@ -310,27 +397,17 @@ async def revert_changesets(
             m: states[(m, v - 1)] if v > 1 else replace(states[(m, 1)], status="deleted")
             for m, v in earliest.items()
         }
-        plans.append((user_id, heads, targets))
+        target = {"changesets": [str(c.id) for c in changesets if c.user_id == user_id]}
+        scopes.append(ScopeUndo(user_id, heads, targets, target))
     if result.conflicts and not force and not dry_run:
         raise ConflictError(
             "Later changes touched memories this would revert; pass force to revert them anyway.",
             code="revert_conflict",
             details={"conflicts": result.conflicts},
         )
-    for user_id, heads, targets in plans:
-        await write_restorations(
-            session,
-            tenant_id=tenant_id,
-            user_id=user_id,
-            kind="revert",
-            op="ROLLBACK",
-            who=who,
-            embedder=embedder,
-            target={"changesets": [str(c.id) for c in changesets if c.user_id == user_id]},
-            heads=heads,
-            targets=targets,
-            result=result,
-        )
+    await write_undo(
+        session, tenant_id, scopes, kind="revert", op="ROLLBACK", who=who, embedded=embedded, result=result
+    )
     result.reverted = ids
     if not dry_run:
         await repo.mark_reverted(ids)
@@ -352,27 +429,28 @@ async def restore_user(
 ) -> UndoResult:
     """The user's bank becomes what it was at `as_of`: each memory takes the state it had then, and
     memories created later are deleted. One changeset (kind `restore`, op RESTORE) for all of it."""
-    heads, then = await HistoryRepository(session).lock_heads_with_past(tenant_id, user_id, as_of)
-    targets = {m: then.get(m) or replace(head, status="deleted") for m, head in heads.items()}
-    result = UndoResult(dry_run=dry_run)
-    await write_restorations(
-        session,
-        tenant_id=tenant_id,
-        user_id=user_id,
-        kind="restore",
-        op="RESTORE",
-        who=who,
-        embedder=embedder,
-        target={"as_of": as_of.isoformat()},
-        heads=heads,
-        targets=targets,
-        result=result,
-    )
-    if result.changeset_ids:
-        await _audit(
-            session, tenant_id, who, "user.restored", "user", user_id, result, as_of=as_of.isoformat()
+
+    async def attempt(embedded: Embedded) -> UndoResult:
+        heads, then = await HistoryRepository(session).lock_heads_with_past(tenant_id, user_id, as_of)
+        targets = {m: then.get(m) or replace(head, status="deleted") for m, head in heads.items()}
+        result = UndoResult(dry_run=dry_run)
+        await write_undo(
+            session,
+            tenant_id,
+            [ScopeUndo(user_id, heads, targets, {"as_of": as_of.isoformat()})],
+            kind="restore",
+            op="RESTORE",
+            who=who,
+            embedded=embedded,
+            result=result,
         )
-    return result
+        if result.changeset_ids:
+            await _audit(
+                session, tenant_id, who, "user.restored", "user", user_id, result, as_of=as_of.isoformat()
+            )
+        return result
+
+    return await _embedding_outside_locks(session, embedder, attempt)
 
 
 # --- chunks, purge, reads ------------------------------------------------------------------------
