@@ -104,7 +104,11 @@ class FakeLLM:
     """The server; `script` replies go first, then `responder`."""
 
     def __init__(
-        self, responder: Responder = protocol_responder, latency_s: float = 0.0, model: str = "hy-memory"
+        self,
+        responder: Responder = protocol_responder,
+        latency_s: float = 0.0,
+        model: str = "hy-memory",
+        port: int = 0,  # 0: any free port; a given one serves again where a stopped server was
     ) -> None:
         self.responder = responder
         self.latency_s = latency_s
@@ -124,7 +128,7 @@ class FakeLLM:
         self.max_in_flight = 0
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
-        self.port = 0
+        self.port = port
 
     @property
     def base_url(self) -> str:
@@ -227,7 +231,7 @@ class FakeLLM:
         config = uvicorn.Config(
             self.app(),
             host="127.0.0.1",
-            port=0,
+            port=self.port,
             log_level="warning",
             lifespan="off",
             backlog=2048,

@@ -355,10 +355,11 @@ async def _give_back(deps: PipelineDeps, chunk: ChunkRow) -> None:
 
 
 def _describe(exc: BaseException) -> str:
-    """An error as recorded on its chunk: a database error by its driver's message (SQLAlchemy's text
-    repeats the statement and its parameters)."""
+    """An error as recorded on its chunk: a database error by the driver's exception and message
+    (SQLAlchemy's text repeats the statement and its parameters)."""
     cause = getattr(exc, "orig", None) or exc
-    return f"{type(cause).__name__}: {cause}"
+    driver = cause.__cause__ if isinstance(cause.__cause__, Exception) else cause  # asyncpg's, by name
+    return f"{type(driver).__name__}: {cause}"
 
 
 async def _nothing_claimed(deps: PipelineDeps, claim: Claim, run: ScopeRun) -> bool:
@@ -396,11 +397,15 @@ async def _call_writer(
     writer: Writer, request: WriteRequest, timeout_s: float
 ) -> tuple[WriteResult, None, None, None] | tuple[None, str, str | None, int | None]:
     """The writer's result, or why it failed, what it said (for inspection) and how many attempts
-    such a failure deserves."""
+    such a failure deserves. A fault outside Postgres met by the writer's searches is raised as is."""
     try:
         async with asyncio.timeout(timeout_s):
             return await writer.write(request), None, None, None
+    except _OUTAGES:
+        raise  # the writer's own search (`request.search`) met a fault that is neither its nor the chunk's
     except WriterError as exc:
+        if isinstance(exc.__cause__, _OUTAGES):
+            raise exc.__cause__ from exc
         return None, f"writer error: {exc}", exc.raw_output, exc.attempt_limit
     except TimeoutError:
         return None, f"writer timed out after {timeout_s:g} s", None, None
