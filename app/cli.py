@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -69,14 +70,15 @@ def up(
 ) -> None:
     """Run everything: embedded Postgres + Redis (unless configured), migrations, the API and workers."""
     from app.db.migrate import upgrade
-    from app.lib.embedded import EmbeddedStack
+    from app.lib.embedded import EmbeddedError, EmbeddedStack
     from app.lib.supervisor import Supervisor, child_env
 
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format, process="supervisor")
     started = time.monotonic()
     stack = EmbeddedStack(data_dir or settings.data_dir, settings.database_url, settings.redis_url)
-    database_url, redis_url = stack.start()
+    with _embedded_refusal():
+        database_url, redis_url = stack.start()
     code = 1
     try:
         upgrade(database_url)
@@ -105,6 +107,16 @@ def up(
         url = f"http://{host}:{port}"
         announced = False
 
+        def keep_serving() -> None:
+            """Bring back an embedded server that stopped; stop everything if it cannot come back."""
+            try:
+                stack.revive()
+            except EmbeddedError as exc:
+                typer.echo(f"memstore up: {exc}; stopping (see {stack.data_dir}).", err=True)
+                supervisor.abort(str(exc))
+                return
+            announce_when_ready()
+
         def announce_when_ready() -> None:
             nonlocal announced
             if announced:
@@ -122,7 +134,7 @@ def up(
                     seconds=round(time.monotonic() - started, 2),
                 )
 
-        code = supervisor.run(on_tick=announce_when_ready)
+        code = supervisor.run(on_tick=keep_serving)
     finally:
         stack.stop()
     raise typer.Exit(code)
@@ -215,7 +227,10 @@ def migrate(
 
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format, process="cli")
-    with database_only(data_dir or settings.data_dir, settings.database_url) as database_url:
+    with (
+        _embedded_refusal(),
+        database_only(data_dir or settings.data_dir, settings.database_url, initialise=True) as database_url,
+    ):
         upgrade(database_url, revision)
 
 
@@ -224,7 +239,8 @@ def exec_(
     ctx: typer.Context,
     data_dir: Annotated[Path | None, typer.Option(help="Embedded data directory.")] = None,
 ) -> None:
-    """Run a command with MEMSTORE_DATABASE_URL / MEMSTORE_REDIS_URL pointing at the (embedded) stack.
+    """Run a command with MEMSTORE_DATABASE_URL / MEMSTORE_REDIS_URL pointing at the (embedded) stack:
+    the one `memstore up` runs on the data directory, else one started for the command.
 
     Example: `memstore exec -- alembic check`.
     """
@@ -239,7 +255,8 @@ def exec_(
         typer.echo("usage: memstore exec -- COMMAND [ARGS...]", err=True)
         raise typer.Exit(2)
     stack = EmbeddedStack(data_dir or settings.data_dir, settings.database_url, settings.redis_url)
-    database_url, redis_url = stack.start()
+    with _embedded_refusal():
+        database_url, redis_url = stack.start()
     try:
         env = child_env(MEMSTORE_DATABASE_URL=database_url, MEMSTORE_REDIS_URL=redis_url)
         code = subprocess.run(ctx.args, env=env, check=False).returncode
@@ -249,20 +266,25 @@ def exec_(
 
 
 @tenants_cli.command("create")
-def tenants_create(name: Annotated[str, typer.Argument(help="Unique tenant name.")]) -> None:
+def tenants_create(
+    name: Annotated[str, typer.Argument(help="Unique tenant name.")],
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Embedded data directory, when no URL is set.")
+    ] = None,
+) -> None:
     """Create a tenant and print its first admin key (shown once)."""
     from app.db.engine import create_engine, create_sessionmaker
     from app.domain.accounts.services import create_tenant
+    from app.lib.embedded import database_only
     from app.lib.errors import ApiError
 
     settings = get_settings()
-    if settings.database_url is None:
-        typer.echo("MEMSTORE_DATABASE_URL must be set (or run inside `memstore exec --`).", err=True)
-        raise typer.Exit(2)
     configure_logging(settings.log_level, settings.log_format, process="cli")
 
-    async def run() -> str:
-        engine = create_engine(settings, application_name="memstore-cli")
+    async def run(database_url: str) -> str:
+        engine = create_engine(
+            settings.model_copy(update={"database_url": database_url}), application_name="memstore-cli"
+        )
         try:
             async with create_sessionmaker(engine)() as session, session.begin():
                 tenant, secret = await create_tenant(session, name, actor="cli")
@@ -272,11 +294,27 @@ def tenants_create(name: Annotated[str, typer.Argument(help="Unique tenant name.
             await engine.dispose()
 
     try:
-        secret = asyncio.run(run())
+        with (
+            _embedded_refusal(),
+            database_only(data_dir or settings.data_dir, settings.database_url) as database_url,
+        ):
+            secret = asyncio.run(run(database_url))
     except ApiError as exc:
         typer.echo(exc.detail, err=True)
         raise typer.Exit(1) from exc
     typer.echo(secret)
+
+
+@contextlib.contextmanager
+def _embedded_refusal() -> Iterator[None]:
+    """An embedded stack that cannot serve the command is a message and exit 1, not a traceback."""
+    from app.lib.embedded import EmbeddedError
+
+    try:
+        yield
+    except EmbeddedError as exc:
+        typer.echo(f"memstore: {exc}", err=True)
+        raise typer.Exit(1) from exc
 
 
 cli_history.register(cli)

@@ -1,8 +1,9 @@
 """`memstore history | rollback | revert | restore | audit verify`: history and undo at a terminal.
 
-These talk to the database directly (MEMSTORE_DATABASE_URL, or run inside `memstore exec --`), so
-they work while the API is down; each command is one transaction, attributed to `cli:<os user>`
-in the versions it writes and in the audit log, exactly as the admin API would record it.
+These talk to the database directly (MEMSTORE_DATABASE_URL, else the embedded one under
+MEMSTORE_DATA_DIR: the running `memstore up`'s if there is one), so they work while the API is
+down; each command is one transaction, attributed to `cli:<os user>` in the versions it writes and
+in the audit log, exactly as the admin API would record it.
 """
 
 from __future__ import annotations
@@ -40,15 +41,15 @@ def _run(
     """Run `work` in one transaction for the named tenant; API errors become a message and exit 1."""
     from app.db.engine import create_engine, create_sessionmaker
     from app.domain.accounts.repositories import TenantRepository
+    from app.lib.embedded import EmbeddedError, database_only
     from app.lib.errors import ApiError
 
     settings = get_settings()
-    if settings.database_url is None:
-        typer.echo("MEMSTORE_DATABASE_URL must be set (or run inside `memstore exec --`).", err=True)
-        raise typer.Exit(2)
 
-    async def run() -> T:
-        engine = create_engine(settings, application_name="memstore-cli")
+    async def run(database_url: str) -> T:
+        engine = create_engine(
+            settings.model_copy(update={"database_url": database_url}), application_name="memstore-cli"
+        )
         try:
             sessionmaker = create_sessionmaker(engine)
             async with sessionmaker() as session, session.begin():
@@ -61,7 +62,11 @@ def _run(
             await engine.dispose()
 
     try:
-        return asyncio.run(run())
+        with database_only(settings.data_dir, settings.database_url) as database_url:
+            return asyncio.run(run(database_url))
+    except EmbeddedError as exc:
+        typer.echo(f"memstore: {exc}", err=True)
+        raise typer.Exit(1) from exc
     except ApiError as exc:
         typer.echo(f"{exc.code}: {exc.detail}", err=True)
         for conflict in exc.details.get("conflicts", []):

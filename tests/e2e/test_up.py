@@ -1,4 +1,5 @@
-"""`memstore up` as a newcomer runs it: ready within 30 s, Ctrl-C stops every process, data persists."""
+"""`memstore up` as a newcomer runs it: ready within 30 s, Ctrl-C stops every process, data persists;
+one-off commands beside it share its servers, and a server that dies under it comes back."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -29,9 +31,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(data_dir: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
     env["MEMSTORE_LOG_FORMAT"] = "json"
+    return env
+
+
+def _start(data_dir: Path, port: int, log_path: Path, workers: int = 2) -> subprocess.Popen[bytes]:
     log = log_path.open("wb")
     return subprocess.Popen(
         [
@@ -44,11 +50,11 @@ def _start(data_dir: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]
             "--port",
             str(port),
             "--workers",
-            "2",
+            str(workers),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=env,
+        env=_env(),
     )
 
 
@@ -126,4 +132,92 @@ def test_up_is_ready_stops_cleanly_and_keeps_data(tmp_path: Path) -> None:
     finally:
         if second.poll() is None:
             second.kill()
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
+
+
+def _server_pid(pid_file: Path) -> int | None:
+    """The pid a server wrote in its pid file (Postgres' postmaster.pid, Redis' redis.pid)."""
+    try:
+        return int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _wait_until(
+    condition: Callable[[], bool], what: str, log_path: Path, proc: subprocess.Popen[bytes]
+) -> None:
+    deadline = time.monotonic() + 90  # generous: a bound on a hang, not a timing requirement
+    while not condition():
+        assert proc.poll() is None, log_path.read_text()
+        assert time.monotonic() < deadline, f"{what}:\n{log_path.read_text()}"
+        time.sleep(0.2)
+
+
+def _ready(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _create_tenant(command: list[str]) -> dict[str, str]:
+    """Run a `memstore` command that creates a tenant; the headers of the admin key it printed."""
+    created = subprocess.run(
+        [sys.executable, "-m", "app", *command],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert created.returncode == 0, created.stderr
+    key = re.search(r"(ms_[A-Za-z0-9_-]{20,})", created.stdout)
+    assert key, created.stdout
+    return {"Authorization": f"Bearer {key.group(1)}"}
+
+
+def test_one_off_commands_share_up_and_dead_servers_come_back(tmp_path: Path) -> None:
+    data_dir, port = server_dir("memstore-e2e-") / "data", _free_port()
+    log_path = tmp_path / "up.log"
+    postmaster_pid, redis_pid = data_dir / "pg" / "postmaster.pid", data_dir / "redis" / "redis.pid"
+    up = _start(data_dir, port, log_path, workers=1)
+    try:
+        _wait_ready(port, up, log_path)
+        postgres, redis = _server_pid(postmaster_pid), _server_pid(redis_pid)
+
+        # One-off commands on the same data directory use the running servers and leave them be:
+        # directly, and inside `memstore exec`, which hands both servers' URLs to its command.
+        exec_ = ["exec", "--data-dir", str(data_dir), "--", sys.executable, "-m", "app"]
+        _create_tenant([*exec_, "tenants", "create", "inside-exec"])
+        tenant = _create_tenant(["tenants", "create", "beside-up", "--data-dir", str(data_dir)])
+        assert (_server_pid(postmaster_pid), _server_pid(redis_pid)) == (postgres, redis)
+        assert _ready(port)
+        keys = httpx.get(f"http://127.0.0.1:{port}/v1/admin/keys", headers=tenant, timeout=5)
+        assert keys.status_code == 200, keys.text
+
+        # Postgres killed under `up`: it is started again and the service is ready again.
+        assert postgres is not None
+        os.kill(postgres, signal.SIGKILL)
+        _wait_until(
+            lambda: _server_pid(postmaster_pid) not in (None, postgres) and _ready(port),
+            "Postgres did not come back",
+            log_path,
+            up,
+        )
+        keys = httpx.get(f"http://127.0.0.1:{port}/v1/admin/keys", headers=tenant, timeout=5)
+        assert keys.status_code == 200, keys.text
+
+        # The same for Redis.
+        assert redis is not None
+        os.kill(redis, signal.SIGKILL)
+        _wait_until(
+            lambda: _server_pid(redis_pid) not in (None, redis) and _ready(port),
+            "Redis did not come back",
+            log_path,
+            up,
+        )
+        _stop_and_check_nothing_left(up)
+    finally:
+        if up.poll() is None:
+            up.kill()
         shutil.rmtree(data_dir.parent, ignore_errors=True)
