@@ -8,10 +8,7 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
-from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
 
-import app
 from app.config import Settings, get_settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.domain.accounts.auth import PUBLIC_PATHS, ApiKeyAuthenticationMiddleware, KeyResolver
@@ -30,6 +27,7 @@ from app.lib.queue import JobQueue, create_redis
 from app.lib.validation import TYPE_DECODERS, Moment, MomentSchemaPlugin
 from app.server.dependencies import provide_db_session
 from app.server.middleware import RequestInputGuard, request_context_middleware, stamp_response
+from app.server.openapi import openapi_config
 from app.writers.registry import WriterRegistry
 
 ROUTE_HANDLERS = [
@@ -96,12 +94,6 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         plugins=[MomentSchemaPlugin()],
         before_send=[stamp_response],
         request_max_body_size=settings.max_body_bytes,
-        openapi_config=OpenAPIConfig(
-            title="Memstore",
-            version=app.__version__,
-            description="Asynchronous, versioned memory store for AI agents.",
-            path="/schema",
-            render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
-        ),
+        openapi_config=openapi_config(),
         logging_config=None,
     )

@@ -1,4 +1,4 @@
-"""`/health` (the process answers) and `/ready` (its dependencies answer)."""
+"""`/health` (the process answers), `/ready` (its dependencies answer) and `/metrics` (Prometheus text)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,14 @@ class SystemController(Controller):
     async def health(self) -> dict[str, str]:
         return {"status": "ok"}
 
-    @get("/metrics", summary="Prometheus metrics: requests, backlog, chunk lag, writer and apply latency")
-    async def metrics(self, state: State) -> Response[bytes]:
+    @get(
+        "/metrics",
+        media_type=CONTENT_TYPE_LATEST,
+        summary="Prometheus metrics: requests, backlog, chunk lag, writer and apply latency",
+    )
+    async def metrics(self, state: State) -> bytes:
         collector = await scrape(state.sessionmaker, state.job_queue)
-        return Response(render([collector]), media_type=CONTENT_TYPE_LATEST)
+        return render([collector])
 
     @get("/ready", summary="Readiness: Postgres, Redis and the schema are fine (503 otherwise)")
     async def ready(self, state: State) -> Response[dict[str, Any]]:
