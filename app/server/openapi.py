@@ -89,8 +89,9 @@ ERROR_RESPONSES: dict[int, tuple[str, OpenAPIResponse]] = {
     503: (
         "Unavailable",
         error_response(
-            "Postgres (or the embedding model, for search) is unreachable, or the server is shutting "
-            "down (`unavailable`); retry after `Retry-After` seconds.",
+            "Postgres is unreachable, or the embedding model (search), or the server is shutting down "
+            "(`unavailable`); or too many chunks wait to be stored (`overloaded`, ingestion). Retry "
+            "after `Retry-After` seconds.",
             headers={"Retry-After": _RETRY_AFTER},
         ),
     ),
