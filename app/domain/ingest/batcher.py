@@ -84,6 +84,7 @@ class IngestBatcher:
         # One lane per writer, chosen by scope: two transactions in flight never wait for each other on
         # a scope's seq row (which would serialise them and put their commit times in the latency tail).
         self._lanes = [_Lane() for _ in range(max(1, writers))]
+        self._closed = False
         self._tasks = [
             asyncio.create_task(self._run(lane), name=f"ingest-writer-{i}")
             for i, lane in enumerate(self._lanes)
@@ -95,6 +96,8 @@ class IngestBatcher:
         """Durably store `chunks` (in order); returns once they are committed."""
         future: asyncio.Future[list[Accepted]] = asyncio.get_running_loop().create_future()
         lane = self._lanes[hash((principal.tenant_id, chunks[0][0].user_id)) % len(self._lanes)]
+        if self._closed:
+            raise _shutting_down()
         if lane.pending_chunks + len(chunks) > self.max_pending:
             metrics.INGEST_REJECTED.labels("overloaded").inc()
             raise ApiError(
@@ -110,6 +113,9 @@ class IngestBatcher:
 
     async def close(self) -> None:
         """Stop the writers; requests still waiting (none, after a graceful drain) get a 503."""
+        self._closed = True
+        for lane in self._lanes:
+            lane.ready.set()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -117,15 +123,7 @@ class IngestBatcher:
                 await task
         for lane in self._lanes:
             while lane.pending:
-                _fail_request(
-                    lane.pending.popleft(),
-                    ApiError(
-                        "The server is shutting down; retry.",
-                        code="unavailable",
-                        status_code=503,
-                        headers={"Retry-After": "2"},
-                    ),
-                )
+                _fail_request(lane.pending.popleft(), _shutting_down())
 
     def _take(self, lane: _Lane) -> list[_Request]:
         taken: list[_Request] = []
@@ -142,6 +140,8 @@ class IngestBatcher:
     async def _run(self, lane: _Lane) -> None:
         while True:
             await lane.ready.wait()
+            if self._closed:  # also when a cancellation was swallowed by a client library on the way
+                return
             batch = self._take(lane)
             if not batch:
                 continue
@@ -358,6 +358,15 @@ def _fail_request(request: _Request, exc: BaseException) -> None:
     """Answer a request with an error, once (a retried batch or a cancelled handler may come first)."""
     if not request.future.done():
         request.future.set_exception(exc)
+
+
+def _shutting_down() -> ApiError:
+    return ApiError(
+        "The server is shutting down; retry.",
+        code="unavailable",
+        status_code=503,
+        headers={"Retry-After": "2"},
+    )
 
 
 def _client_error(exc: BaseException) -> ApiError | None:
