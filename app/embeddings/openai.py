@@ -22,7 +22,15 @@ log = structlog.get_logger(__name__)
 
 
 class EmbeddingError(RuntimeError):
-    """The embedding endpoint gave no usable answer (after retries)."""
+    """The embedding endpoint gave no usable answer (after retries).
+
+    `transient` is False when the server refused the request itself (a 4xx such as a text too long
+    for the model): asking again later cannot help, so it is the input's fault, not an outage.
+    """
+
+    def __init__(self, message: str, *, transient: bool = True) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 def normalised(vector: list[float]) -> list[float]:
@@ -68,6 +76,7 @@ class OpenAIEmbedder:
     async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         body = {"model": self.model, "input": texts, "encoding_format": "float"}
         last_error = "no attempt made"
+        refused = False
         attempt = 0
         while True:
             attempt += 1
@@ -88,6 +97,7 @@ class OpenAIEmbedder:
                     return self._vectors(payload, len(texts))
                 last_error = f"HTTP {answer.status}: {answer.text[:200]}"
                 if answer.status not in RETRY_STATUSES:
+                    refused = 400 <= answer.status < 500
                     break
                 retry_after = answer.retry_after
             if attempt > self.retries.max_retries:
@@ -96,7 +106,7 @@ class OpenAIEmbedder:
             log.info("embedder.retry", attempt=attempt, error=last_error, delay_s=round(wait, 2))
             await asyncio.sleep(wait)
         msg = f"embedding request to {self.endpoint.base_url}embeddings failed: {last_error}"
-        raise EmbeddingError(msg)
+        raise EmbeddingError(msg, transient=not refused)
 
     def _vectors(self, payload: Any, expected: int) -> list[list[float]]:
         try:

@@ -38,7 +38,15 @@ from app.domain.search.services import EmbedderMismatchError, Searcher
 from app.embeddings import Embedder
 from app.embeddings.openai import EmbeddingError
 from app.lib import metrics
-from app.writers.base import Candidate, Message, Writer, WriteRequest, WriterError, WriteResult
+from app.writers.base import (
+    Candidate,
+    Message,
+    Writer,
+    WriteRequest,
+    WriterError,
+    WriteResult,
+    storable_text,
+)
 from app.writers.registry import UnknownWriterError, WriterRegistry
 
 log = structlog.get_logger(__name__)
@@ -222,7 +230,7 @@ async def _process_next(
         if is_db_outage(exc) or isinstance(exc, ApplyInterruptedError):
             await _give_back(deps, chunk)  # if Postgres answers; the job is retried (workers/jobs.py)
             raise
-        if isinstance(exc, _OUTAGES):
+        if isinstance(exc, _OUTAGES) and getattr(exc, "transient", True):
             return await _outage(deps, chunk, run, exc)
         # Anything else is this chunk's failed attempt: a poison chunk fails, alone, after its attempts.
         log.exception("chunk.error", chunk_id=str(chunk.id), seq=chunk.seq)
@@ -332,7 +340,7 @@ async def _outage(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun, exc: Excep
     retry_at = datetime.now(UTC) + deps.outage_backoff()
     async with AsyncSession(deps.engine) as session, session.begin():
         await PipelineRepository(session).give_back(
-            chunk, error=error[:_MAX_ERROR_CHARS], available_at=retry_at
+            chunk, error=storable_text(error[:_MAX_ERROR_CHARS]), available_at=retry_at
         )
     log.warning("chunk.outage", chunk_id=str(chunk.id), seq=chunk.seq, error=error, at=retry_at.isoformat())
     run.retried += 1
@@ -428,8 +436,8 @@ async def _fail(
     async with AsyncSession(deps.engine) as session, session.begin():
         recorded = await PipelineRepository(session).mark_failed_attempt(
             chunk.id,
-            error=error[:_MAX_ERROR_CHARS],
-            raw_output=raw,
+            error=storable_text(error[:_MAX_ERROR_CHARS]),  # a plugin's message may hold a NUL
+            raw_output=None if raw is None else storable_text(raw),
             final=final,
             available_at=retry_at,
             attempt=attempt,
@@ -442,7 +450,7 @@ async def _fail(
                 action="chunk.failed",
                 target_type="chunk",
                 target_id=str(chunk.id),
-                summary={"seq": chunk.seq, "attempts": attempts, "error": error[:200]},
+                summary={"seq": chunk.seq, "attempts": attempts, "error": storable_text(error[:200])},
             )
     if not recorded:
         return

@@ -24,7 +24,7 @@ from app.writers.offline import OfflineWriter
 from app.writers.registry import WriterRegistry
 from tests.conftest import TenantKeys, bearer
 from tests.integration.pipeline.test_core_loop import pipeline_deps
-from tests.support.fake_llm import FakeLLM
+from tests.support.fake_llm import FakeLLM, Reply
 from tests.support.scenario import post_users
 from tests.support.workers import running_worker, wait_for_chunks, wait_until
 from tests.support.writers import PLUGINS
@@ -99,6 +99,31 @@ async def test_embedder_stopped_mid_run_costs_no_chunk(
     assert counts == {"applied": len(first) + len(later)}
     done = (await api.get(f"/v1/chunks/{waiting}", headers=ingest_headers)).json()
     assert (done["status"], done["error"], done["attempts"]) == ("applied", None, 1)
+
+
+async def test_an_embedder_that_refuses_the_text_fails_that_chunk_not_forever(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """A 4xx from the embeddings server is about the input (too long for the model, say), not an
+    outage: retrying cannot help, so the chunk uses its attempts and fails, and the queue goes on."""
+    refusal = b'{"error": {"message": "input is too long for this model"}}'
+    async with FakeLLM() as embeddings:
+        embeddings.embedding_script.extend(Reply(status=400, body=refusal) for _ in range(2))
+        settings = pipeline_settings.model_copy(
+            update={"embedder": "openai", "embedder_base_url": embeddings.base_url, "max_attempts": 2}
+        )
+        accepted = await post_users(api, ingest_headers, ["amy"], facts=["I live in Oslo.", "I like tea."])
+        async with running_worker(settings):
+            counts = await wait_for_chunks(sessionmaker, tenant.tenant_id, len(accepted), timeout_s=60)
+    assert counts == {"failed": 1, "applied": 1}
+    refused = await chunk_row(sessionmaker, accepted[0]["chunk_id"])
+    assert refused.status == "failed"
+    assert refused.attempts == 2
+    assert "HTTP 400" in (refused.last_error or "")
 
 
 async def test_a_writer_unknown_to_the_worker_waits_for_one_that_knows_it(
