@@ -53,7 +53,7 @@ def test_admin_implies_every_role() -> None:
 
 
 def test_an_unavailable_default_writer_fails_loudly() -> None:
-    from app.writers.registry import WriterRegistry
+    from app.writers.registry import UnknownWriterError, WriterRegistry
 
     with pytest.raises(ValueError, match="not available"):
         WriterRegistry(Settings(writer="telepathy"))
@@ -61,6 +61,7 @@ def test_an_unavailable_default_writer_fails_loudly() -> None:
     registry = WriterRegistry(Settings(writer="offline"))
     assert not registry.knows("openai")  # no endpoint configured
     assert registry.resolve_name(None) == "offline"
-    assert registry.resolve_name("nope") == "offline"
+    with pytest.raises(UnknownWriterError, match="nope"):  # never a silent fall-back to the default
+        registry.resolve_name("nope")
     assert registry.knows("default")
     assert not registry.knows("nope")
