@@ -67,6 +67,11 @@ class Settings(BaseSettings):
     ingest_max_group: int = Field(
         default=500, description="Most chunks committed together in one transaction."
     )
+    ingest_max_pending: int = Field(
+        default=10_000,
+        description="Chunks waiting for a transaction per ingest writer and API process; more: 503.",
+        ge=1,
+    )
 
     # --- workers ---------------------------------------------------------------------------
     worker_max_jobs: int = Field(default=32, description="Concurrent jobs per worker process.")

@@ -65,7 +65,11 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             writers=WriterRegistry(settings),
             searcher=Searcher(settings, embedder_from_settings(settings)),
             ingest_batcher=IngestBatcher(
-                sessionmaker, queue, max_chunks=settings.ingest_max_group, writers=settings.ingest_writers
+                sessionmaker,
+                queue,
+                max_chunks=settings.ingest_max_group,
+                writers=settings.ingest_writers,
+                max_pending=settings.ingest_max_pending,
             ),
         )
         try:
