@@ -2,7 +2,8 @@
 
 These talk to the database directly (MEMSTORE_DATABASE_URL, else the embedded one under
 MEMSTORE_DATA_DIR: the running `memstore up`'s if there is one), so they work while the API is
-down; each command is one transaction, attributed to `cli:<os user>` in the versions it writes and
+down; each command writes in one transaction (texts an undo brings back are embedded before it
+begins, with nothing locked), attributed to `cli:<os user>` in the versions it writes and
 in the audit log, exactly as the admin API would record it.
 """
 
@@ -31,14 +32,24 @@ Reason = Annotated[str | None, typer.Option(help="Why (kept with the new version
 
 
 def _moment(value: str) -> datetime:
-    moment = datetime.fromisoformat(value)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    """A time from the command line: RFC 3339; without a zone, UTC."""
+    from app.lib.validation import parse_moment
+
+    try:
+        moment = datetime.fromisoformat(value)
+        return parse_moment(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
 
 def _run(
     work: Callable[[AsyncSession, uuid.UUID, async_sessionmaker[AsyncSession]], Awaitable[T]], tenant: str
 ) -> T:
-    """Run `work` in one transaction for the named tenant; API errors become a message and exit 1."""
+    """Run `work` for the named tenant and commit what it wrote; API errors become a message and exit 1.
+
+    `work` gets a session with no transaction open: the undo services embed texts before they begin
+    the transaction that locks and writes (a transaction begun here would stay open over that call).
+    """
     from app.db.engine import create_engine, create_sessionmaker
     from app.domain.accounts.repositories import TenantRepository
     from app.lib.embedded import EmbeddedError, database_only
@@ -52,12 +63,15 @@ def _run(
         )
         try:
             sessionmaker = create_sessionmaker(engine)
-            async with sessionmaker() as session, session.begin():
+            async with sessionmaker() as session:  # closing it rolls back whatever was not committed
                 found = await TenantRepository(session).get_by_name(tenant)
                 if found is None:
                     typer.echo(f"No tenant named {tenant!r}.", err=True)
                     raise typer.Exit(1)
-                return await work(session, found.id, sessionmaker)
+                await session.commit()
+                result = await work(session, found.id, sessionmaker)
+                await session.commit()
+                return result
         finally:
             await engine.dispose()
 

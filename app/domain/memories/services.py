@@ -17,7 +17,7 @@ import base64
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -509,13 +509,6 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 # --- reading -------------------------------------------------------------------------------------
-
-
-def aware(moment: datetime | None) -> datetime | None:
-    """A time without a zone is taken as UTC (api.md asks for a zone; be lenient with `Z`-less input)."""
-    if moment is not None and moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    return moment
 
 
 def encode_cursor(memory: Memory | MemoryAsOf) -> str:
