@@ -12,8 +12,8 @@ from redis.exceptions import RedisError
 
 from app.domain.audit.services import seal_pending
 from app.domain.ingest.services import PROCESS_SCOPE_JOB
-from app.domain.pipeline.repositories import is_db_outage
 from app.domain.pipeline.services import PipelineDeps, find_stranded_scopes, process_scope
+from app.lib.errors import is_db_outage
 
 log = structlog.get_logger("workers.jobs")
 

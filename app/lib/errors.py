@@ -76,6 +76,21 @@ def is_db_outage(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError | InterfaceError | PoolTimeoutError | OSError)
 
 
+def data_error(exc: BaseException) -> ApiError | None:
+    """A statement refused for a value the client sent (Postgres's data exceptions, SQLSTATE class 22,
+    or text the driver cannot encode) is the client's fault: a 422, not a 500. The edge refuses such
+    input first (`app.server.middleware.RequestInputGuard`); this is the wall behind it."""
+    sqlstate = str(getattr(getattr(exc, "orig", None), "sqlstate", None) or "")
+    if isinstance(exc, UnicodeError) or (isinstance(exc, DBAPIError) and sqlstate.startswith("22")):
+        return ApiError(
+            "The request holds a value that cannot be stored.",
+            code="validation_error",
+            status_code=422,
+            details={"reason": type(getattr(exc, "orig", None) or exc).__name__},
+        )
+    return None
+
+
 def error_response(
     status: int,
     code: str,
@@ -132,11 +147,7 @@ def http_exception_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Res
 
 def database_unavailable_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     """Postgres unreachable: tell the client to retry instead of failing with a bare 500."""
-    if (
-        isinstance(exc, DBAPIError)
-        and not isinstance(exc, OperationalError | InterfaceError)
-        and not exc.connection_invalidated
-    ):
+    if not is_db_outage(exc):  # a statement's own error (a constraint, a data error): not an outage
         return internal_error_handler(_, exc)
     log.warning("db.unavailable", error=type(exc).__name__)
     return error_response(
@@ -151,6 +162,10 @@ def internal_error_handler(_: Request[Any, Any, Any], exc: Exception) -> Respons
     """Anything unexpected: logged with its traceback, answered without internals."""
     if isinstance(exc, OSError | PoolTimeoutError):
         return database_unavailable_handler(_, exc)
+    client_error = data_error(exc)
+    if client_error is not None:
+        log.warning("http.data_error", error=type(exc).__name__)
+        return http_exception_handler(_, client_error)
     log.exception("http.unhandled_error", error=type(exc).__name__)
     return error_response(HTTP_500_INTERNAL_SERVER_ERROR, "internal_error", "An internal error occurred.")
 

@@ -38,7 +38,7 @@ from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
 from app.domain.ingest.schemas import ChunkIn
 from app.domain.ingest.services import Accepted, body_hash, wake_up_jobs
 from app.lib import metrics
-from app.lib.errors import ApiError, ConflictError, is_db_outage
+from app.lib.errors import ApiError, ConflictError, data_error, is_db_outage
 from app.lib.queue import JobQueue
 from app.lib.validation import encode_moment
 
@@ -167,7 +167,7 @@ class IngestBatcher:
         open_requests = [r for r in batch if not r.future.done()]
         if len(open_requests) == 1 or is_db_outage(exc):
             for request in open_requests:
-                _fail_request(request, _client_error(exc) or exc)
+                _fail_request(request, data_error(exc) or exc)
             return []
         log.warning("ingest.batch_failed", requests=len(open_requests), error=type(exc).__name__)
         jobs: list[tuple[str, dict[str, object]]] = []
@@ -175,7 +175,7 @@ class IngestBatcher:
             try:
                 jobs.extend(await self._write_with_retry([request]))
             except Exception as alone:  # noqa: BLE001
-                _fail_request(request, _client_error(alone) or alone)
+                _fail_request(request, data_error(alone) or alone)
         return jobs
 
     async def _write_with_retry(self, batch: list[_Request]) -> list[tuple[str, dict[str, object]]]:
@@ -367,19 +367,6 @@ def _shutting_down() -> ApiError:
         status_code=503,
         headers={"Retry-After": "2"},
     )
-
-
-def _client_error(exc: BaseException) -> ApiError | None:
-    """A write that failed on a value Postgres cannot store is the client's fault: a 422, not a 500."""
-    sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None) or ""
-    if isinstance(exc, UnicodeError) or (isinstance(exc, DBAPIError) and sqlstate.startswith("22")):
-        return ApiError(
-            "The request holds a value that cannot be stored.",
-            code="validation_error",
-            status_code=422,
-            details={"reason": type(getattr(exc, "orig", None) or exc).__name__},
-        )
-    return None
 
 
 def _kept(audit_row: dict[str, object], inserted: set[uuid.UUID]) -> bool:

@@ -29,8 +29,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from app.domain.audit.repositories import AuditRepository
 from app.domain.audit.services import event_row
 from app.domain.memories.services import ApplyOutcome, ApplyRequest, Vectors, apply_many
-from app.domain.pipeline.repositories import ChunkRow, PipelineRepository, is_db_outage
+from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.lib import metrics
+from app.lib.errors import is_db_outage
 
 log = structlog.get_logger(__name__)
 

@@ -14,8 +14,6 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import DateTime, Table, bindparam, column, exists, func, select, table, text, true, update
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Chunk, Tenant
@@ -113,14 +111,6 @@ _GIVE_BACK = (
 )
 
 _TENANT_WRITER = select(Tenant.settings["writer"].astext).where(Tenant.id == bindparam("p_tenant_id"))
-
-
-def is_db_outage(exc: BaseException) -> bool:
-    """A fault of the database connection, not of what was asked of it: the same work will do once
-    Postgres is back (the chunk is safe there meanwhile)."""
-    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(exc, OperationalError | InterfaceError | PoolTimeoutError | OSError)
 
 
 @dataclass(frozen=True)

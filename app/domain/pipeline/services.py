@@ -33,11 +33,12 @@ from app.domain.audit.services import record_event
 from app.domain.memories.services import ApplyLimits, ApplyRequest, Provenance, Shown, embed_ops
 from app.domain.pipeline.applier import Applier, ApplyInterruptedError, Result
 from app.domain.pipeline.locks import Lease, ScopeLocks, scope_lock_key
-from app.domain.pipeline.repositories import ChunkRow, Claim, PipelineRepository, is_db_outage
+from app.domain.pipeline.repositories import ChunkRow, Claim, PipelineRepository
 from app.domain.search.services import EmbedderMismatchError, Searcher
 from app.embeddings import Embedder
 from app.embeddings.openai import EmbeddingError
 from app.lib import metrics
+from app.lib.errors import is_db_outage
 from app.writers.base import (
     Candidate,
     Message,
