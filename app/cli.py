@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,14 +206,24 @@ def worker() -> None:
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     # Losing Redis stops arq's poll loop; start it again once Redis answers. Nothing is lost meanwhile:
-    # chunks wait in Postgres and the sweeper re-enqueues them.
+    # chunks wait in Postgres and the sweeper re-enqueues them. Between two runs arq's signal handlers
+    # no longer act (its event loop is not running), so a stop asked for then is caught here: it must
+    # end the process, not be swallowed while a new worker starts and runs on.
+    stop = threading.Event()
     while True:
         try:
             run_worker(WorkerSettings)
             return
         except (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError) as exc:
             log.warning("worker.redis_lost", error=type(exc).__name__)
-            time.sleep(1.0)
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            if stop.wait(1.0):
+                log.info("worker.stopped_while_redis_lost")
+                return
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 @cli.command()
