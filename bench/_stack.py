@@ -2,6 +2,8 @@
 
 `running_stack()` starts the whole service as an operator would (embedded Postgres + Redis, migrations,
 API, workers), waits for `/ready`, and stops it with SIGINT on exit, killing anything left behind.
+`FakeModelServer` runs the fake model / embeddings server of the tests as a process of its own, which
+can be stopped and started again on the same port, as a real one restarted.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import psutil
 
 from app.lib.embedded import EmbeddedPostgres, EmbeddedRedis
 
+ROOT = Path(__file__).resolve().parents[1]
 ADMIN_KEY = "ms_bench_admin_key_0123456789abcdef"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 90.0
@@ -232,3 +235,62 @@ def _wait_ready(stack: Stack) -> None:
         time.sleep(0.1)
     msg = f"memstore up was not ready after {READY_TIMEOUT_S:.0f} s; its log ends:\n{stack.log_tail()}"
     raise TimeoutError(msg)
+
+
+class FakeModelServer:
+    """`python -m tests.support.fake_llm` in a process of its own: OpenAI's chat completions and
+    `/v1/embeddings` over real HTTP, answering after `latency_s`. `stop()` takes it away (connections
+    are refused, as from a crashed server); `start()` brings it back on the port it had."""
+
+    def __init__(self, latency_s: float = 0.0) -> None:
+        self.latency_s = latency_s
+        self.port: int | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible endpoint (what `MEMSTORE_*_BASE_URL` takes)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        command = [sys.executable, "-m", "tests.support.fake_llm", "--latency", str(self.latency_s)]
+        if self.port is not None:
+            command += ["--port", str(self.port)]
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE
+        )
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        if not line.startswith("PORT "):
+            proc.kill()
+            msg = f"the fake model server did not start (said {line!r})"
+            raise RuntimeError(msg)
+        self.process, self.port = proc, int(line.split()[1])
+        # Given a port, it names it before binding: it serves once it answers.
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and proc.poll() is None:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.base_url}/models", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.05)
+        self.stop()
+        msg = f"the fake model server did not serve on port {self.port} within {timeout_s:.0f} s"
+        raise RuntimeError(msg)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+        self.process = None
+
+    def __enter__(self) -> FakeModelServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
