@@ -5,7 +5,8 @@ Tests and benchmarks point a writer at it exactly as at vLLM. It answers from a 
 (consumed in order) and otherwise from a responder that speaks each profile's protocol well enough
 to add what it is told. Replies can be slow, fail (500, 429 with Retry-After), break the body
 (truncated, not JSON), or carry whatever content a test needs (invented ids, huge outputs).
-Every request body is recorded.
+Every request body is recorded. `LlamaCppPython` wraps a responder to answer as llama-cpp-python's
+server does with a small model behind it (its refusal of `json_schema`, its grammar-enforced schema).
 
 In-process: `async with FakeLLM() as fake: fake.base_url ...`. As its own process (benchmarks):
 `python -m tests.support.fake_llm --latency 1.0` prints `PORT <n>` and serves until killed.
@@ -25,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema_rs
 import uvicorn
 from litestar import Litestar, Request, Response, get, post
 
@@ -98,6 +100,74 @@ def protocol_responder(body: dict[str, Any]) -> Reply:
             ]
         }
     )
+
+
+# llama-cpp-python's answer to a `json_schema` response_format: its request model takes only "text" or
+# "json_object", and its route handler turns FastAPI's validation error into an HTTP 500.
+LLAMA_CPP_PYTHON_REFUSAL = json.dumps(
+    {
+        "error": {
+            "message": "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', "
+            "'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', 'ctx': "
+            "{'expected': \"'text' or 'json_object'\"}}\n  Endpoint: /v1/chat/completions",
+            "type": "internal_server_error",
+            "param": None,
+            "code": None,
+        }
+    }
+).encode()
+
+
+def small_model_json(body: dict[str, Any]) -> Reply:
+    """What a small model writes when only "some JSON" is asked for: the same shape for every prompt,
+    none of them the protocol's."""
+    return Reply.json({"memory": "The user ..."})
+
+
+class LlamaCppPython:
+    """A responder that answers as llama-cpp-python's server with a small model behind it.
+
+    `json_schema` is refused with its HTTP 500. A schema sent as `{"type": "json_object", "schema": S}`
+    is enforced by grammar: the answer is the wrapped responder's, which must conform to S (one that
+    does not is recorded in `violations` and answered with a 500, as no grammar would let it through).
+    Plain `json_object`, or no response_format, gets `unconstrained`'s answer (the model's own shape).
+    Scripted replies are sent as they are.
+    """
+
+    def __init__(
+        self, responder: Responder = protocol_responder, unconstrained: Responder = small_model_json
+    ):
+        self.responder = responder
+        self.unconstrained = unconstrained
+        self.refused = 0  # json_schema requests answered with the 500
+        self.enforced = 0  # requests answered under a schema
+        self.violations: list[str] = []
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        sent = body.get("response_format")
+        if sent is not None and sent.get("type") not in ("text", "json_object"):
+            self.refused += 1
+            return Reply(status=500, body=LLAMA_CPP_PYTHON_REFUSAL)
+        if sent is None or sent.get("type") == "text" or "schema" not in sent:
+            return self.unconstrained(body)
+        reply = self.responder(body)
+        if reply.status != 200 or reply.body is not None:
+            return reply
+        try:
+            errors = [
+                e.message
+                for e in jsonschema_rs.validator_for(sent["schema"]).iter_errors(
+                    json.loads(reply.content or "")
+                )
+            ]
+        except json.JSONDecodeError as exc:
+            errors = [f"not JSON: {exc}"]
+        if errors:
+            self.violations.append("; ".join(errors))
+            message = json.dumps({"error": {"message": f"fake: answer outside the grammar: {errors}"}})
+            return Reply(status=500, body=message.encode())
+        self.enforced += 1
+        return reply
 
 
 class FakeLLM:
