@@ -136,9 +136,11 @@ class Settings(BaseSettings):
     writer_max_tokens: int = Field(
         default=4096, description="Upper bound of max_tokens per model request (it grows with candidates)."
     )
-    writer_response_format: Literal["auto", "json_schema", "json_object", "none"] = Field(
-        default="auto",
-        description="Structured output: auto sends a JSON schema and drops it if the server refuses it.",
+    writer_response_format: Literal["auto", "json_schema", "json_object_schema", "json_object", "none"] = (
+        Field(
+            default="auto",
+            description="Structured output: auto sends a JSON schema, dropped if refused (docs/writers.md).",
+        )
     )
     writer_extra_body: dict[str, Any] = Field(
         default_factory=dict, description="JSON merged into every model request body (vLLM options ...)."

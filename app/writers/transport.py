@@ -20,7 +20,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import aiohttp
 import structlog
@@ -31,9 +31,12 @@ from app.writers.base import WriterError, storable_text
 
 log = structlog.get_logger(__name__)
 
-ResponseFormat = Literal["auto", "json_schema", "json_object", "none"]
-# What is sent as `response_format`; "json_object_schema" is `{"type": "json_object", "schema": S}`.
+# What is sent as `response_format`; "json_object_schema" is `{"type": "json_object", "schema": S}`
+# (llama.cpp's server and llama-cpp-python enforce it by grammar), "json_object" is any JSON.
 Structure = Literal["json_schema", "json_object_schema", "json_object", "none"]
+# The setting: one of those forms for good, or `auto`.
+ResponseFormat = Literal["auto", "json_schema", "json_object_schema", "json_object", "none"]
+RESPONSE_FORMATS: tuple[ResponseFormat, ...] = get_args(ResponseFormat)
 # `auto`: each refusal of one form moves the writer to the next.
 AUTO_FALLBACK: dict[Structure, Structure] = {
     "json_schema": "json_object_schema",
@@ -107,6 +110,10 @@ class ChatTransport:
         )
         self.retries = RetryPolicy(config.max_retries, config.backoff_s, config.backoff_max_s)
         mode = config.response_format
+        if mode not in RESPONSE_FORMATS:
+            allowed = ", ".join(RESPONSE_FORMATS)
+            msg = f"writer {self.writer!r}: response_format must be one of {allowed}, not {mode!r}"
+            raise ValueError(msg)
         self.auto = mode == "auto"
         self.structure: Structure = "json_schema" if mode == "auto" else mode
 

@@ -4,21 +4,39 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
+import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.db.models import Changeset, Chunk
+from app.db.models import Changeset, Chunk, Memory
+from app.writers.profiles.simple import MEMORIES_SCHEMA
 from tests.conftest import TenantKeys
 from tests.integration.writers.conftest import PROFILES
 from tests.support.fake_llm import FakeLLM, LlamaCppPython
 from tests.support.workers import running_worker, wait_for_chunks
 
 Client = AsyncTestClient[Litestar]
+# Writers of the simple profile with a fixed response_format, besides one writer per profile.
+FIXED = {"plain": "json_object", "grammar": "json_object_schema"}
+
+
+@pytest.fixture
+def writers_file(tmp_path: Path, fake_llm: FakeLLM) -> Path:
+    path = tmp_path / "writers.toml"
+    common = f'base_url = "{fake_llm.base_url}"\nmodel = "smollm2"\ntimeout_s = 1.0\nmax_retries = 1\n'
+    tables = [f'[writers.{name}]\nprofile = "{profile}"\n{common}' for name, profile in PROFILES.items()]
+    tables += [
+        f'[writers.{name}]\nprofile = "simple"\nresponse_format = "{form}"\n{common}'
+        for name, form in FIXED.items()
+    ]
+    path.write_text("\n".join(tables))
+    return path
 
 
 async def post(api: Client, headers: dict[str, str], user: str, writer: str, text: str, day: int) -> str:
@@ -71,3 +89,39 @@ async def test_with_the_default_response_format_every_profile_gets_every_chunk_a
     # The two-step profiles made their second call, under its own schema, too.
     assert steps["hy"] == ["extract", "reconcile"]
     assert steps["mem0"] == ["extract", "update"]
+
+
+async def test_json_object_schema_sends_the_schema_inside_json_object_and_json_object_sends_none(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    llm_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    fake_llm: FakeLLM,
+) -> None:
+    server = LlamaCppPython()
+    fake_llm.responder = server
+    plain = await post(api, ingest_headers, "u-plain", "plain", "I live in Lyon.", 1)
+    grammar = await post(api, ingest_headers, "u-grammar", "grammar", "I live in Oslo.", 1)
+    async with running_worker(llm_settings):
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 2)
+
+    def sent(city: str) -> list[dict[str, Any]]:
+        return [b["response_format"] for b in fake_llm.requests if city in b["messages"][1]["content"]]
+
+    assert server.refused == 0  # neither writer tries json_schema first
+    assert set(map(json.dumps, sent("Lyon"))) == {json.dumps({"type": "json_object"})}
+    assert sent("Oslo") == [{"type": "json_object", "schema": MEMORIES_SCHEMA}]
+    async with sessionmaker() as session:
+        chunk = await session.get(Chunk, uuid.UUID(plain))
+        assert chunk is not None
+        # Without the schema the small model answers in its own shape, which no repair fixes.
+        assert chunk.status == "failed"
+        assert "unparseable extract output" in (chunk.last_error or "")
+        chunk = await session.get(Chunk, uuid.UUID(grammar))
+        assert chunk is not None
+        assert chunk.status == "applied"
+        contents = (
+            await session.execute(select(Memory.content).where(Memory.user_id == "u-grammar"))
+        ).scalars()
+        assert list(contents) == ["The user said: I live in Oslo."]

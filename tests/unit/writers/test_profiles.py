@@ -11,6 +11,7 @@ from app.writers.base import OpKind
 from app.writers.profiles import get_profile, hy_memory, mem0
 from app.writers.profiles.base import ParseError, PromptSet, parse_json
 from app.writers.registry import WriterRegistry
+from app.writers.transport import RESPONSE_FORMATS
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -108,6 +109,7 @@ def test_the_example_writers_file_is_valid() -> None:
         ('[writers.a]\nprofile = "hy-memory"\nbase_url = "http://x/v1"\ntemprature = 0\n', "temprature"),
         ('[writers.a]\nprofile = "psychic"\n', "unknown writer profile"),
         ('[writers.a]\nkind = "magic"\n', "kind must be"),
+        ('[writers.a]\nprofile = "simple"\nresponse_format = "json"\n', "response_format must be one of"),
         ("[writers.a\n", "cannot read"),
     ],
 )
@@ -116,3 +118,8 @@ def test_mistakes_in_the_writers_file_fail_start_up_by_name(tmp_path: Path, body
     path.write_text(body)
     with pytest.raises(ValueError, match=message):
         WriterRegistry(Settings(writers_file=path))
+
+
+def test_every_response_format_is_a_setting_value() -> None:
+    for form in RESPONSE_FORMATS:
+        assert Settings(writer_response_format=form).writer_response_format == form
