@@ -117,6 +117,12 @@ class ChatTransport:
         self.auto = mode == "auto"
         self.structure: Structure = "json_schema" if mode == "auto" else mode
 
+    @property
+    def deterministic(self) -> bool:
+        """Whether the model samples at temperature 0, so that the same request gets the same answer."""
+        temperature = self.config.extra_body.get("temperature", self.config.temperature)
+        return isinstance(temperature, int | float) and not isinstance(temperature, bool) and temperature == 0
+
     async def aclose(self) -> None:
         await self.endpoint.aclose()
 

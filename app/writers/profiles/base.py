@@ -25,7 +25,9 @@ PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 T = TypeVar("T")
 
 # Output that cannot be parsed gets one repair request; if that fails too, the chunk gets one more
-# attempt (a fresh call may well succeed) and is then failed with the raw output kept.
+# attempt (a fresh call may well succeed) and is then failed with the raw output kept. A deterministic
+# model (temperature 0) that answers the repair with its first answer again would answer the retry the
+# same, so that attempt is the chunk's last.
 UNPARSEABLE_ATTEMPTS = 2
 _REPAIR = (
     "Your reply could not be used: {error}. Reply again with the corrected JSON only, "
@@ -92,14 +94,16 @@ class ModelSession:
                 {"role": "assistant", "content": text},
                 {"role": "user", "content": _REPAIR.format(error=first)},
             ]
-            text, finish = await self._call(f"{step}.repair", messages, schema, max_tokens)
+            repaired, finish = await self._call(f"{step}.repair", messages, schema, max_tokens)
             try:
-                return parse(parse_json(text, truncated=finish == "length"))
+                return parse(parse_json(repaired, truncated=finish == "length"))
             except ParseError as second:
+                limit = UNPARSEABLE_ATTEMPTS
                 msg = f"unparseable {step} output after one repair request: {second}"
-                raise WriterError(
-                    msg, raw_output=self.raw_output(), attempt_limit=UNPARSEABLE_ATTEMPTS
-                ) from second
+                if repaired.strip() == text.strip() and self.transport.deterministic:
+                    limit = 1
+                    msg += "; the model repeated its answer at temperature 0, so no retry can help"
+                raise WriterError(msg, raw_output=self.raw_output(), attempt_limit=limit) from second
 
     async def _call(
         self, step: str, messages: list[dict[str, str]], schema: dict[str, Any] | None, max_tokens: int

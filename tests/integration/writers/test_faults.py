@@ -40,8 +40,9 @@ FAULTS: dict[str, list[Reply]] = {
     "broken-body": [Reply(body=b'{"choices": [{"message": {"content": "{\\"memo')] * 2,
     "not-json-body": [Reply(body=b"<html>Bad Gateway</html>")] * 2,
     "garbage-once": [GARBAGE],  # the repair request fixes it
-    "garbage-always": [GARBAGE] * 10,  # repair fails, the retry fails: failed with the raw output
-    "cut-off": [TRUNCATED_CONTENT] * 10,
+    # repair fails, the retry fails: failed with the raw output (each answer a different one)
+    "garbage-always": [Reply(content=f"Sure! The user seems nice ({i}).") for i in range(10)],
+    "cut-off": [TRUNCATED_CONTENT] * 10,  # the same answer every time: failed on its first attempt
     "huge": [HUGE],
     "hang-forever": [Reply(delay_s=600)] * 10,  # every request times out, every attempt: failed
 }
@@ -119,8 +120,11 @@ async def test_every_fault_ends_applied_or_failed_and_later_chunks_proceed(
                 assert first.changeset_id is None
                 assert not any("Oslo" in content for content in bank), f"{marker}: a failed chunk wrote"
                 assert first.last_error
-                if marker != "hang-forever":
+                if marker == "garbage-always":
                     assert first.attempts == 2, "unparseable output: one repair, one retry, then failed"
+                if marker == "cut-off":
+                    assert first.attempts == 1, "the same unusable answer twice at temperature 0: failed"
+                if marker != "hang-forever":
                     assert (first.raw_output and "seems nice" in first.raw_output) or "cut off" in (
                         first.last_error or ""
                     )
@@ -154,6 +158,37 @@ async def test_every_fault_ends_applied_or_failed_and_later_chunks_proceed(
             chunk = await session.get(Chunk, uuid.UUID(chunk_ids[marker][0]))
             assert chunk is not None
             assert chunk.attempts == 1, marker
+
+
+async def test_a_deterministic_model_that_repeats_its_unusable_answer_fails_the_chunk_at_once(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    llm_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    fake_llm: FakeLLM,
+) -> None:
+    stuck = '{"memory": "The user ..."}'
+    fake_llm.responder = lambda body: Reply(content=stuck)
+    chunk = {
+        "user_id": "hal",
+        "writer": "simple",
+        "messages": [{"role": "user", "content": "I live in Oslo."}],
+    }
+    response = await api.post("/v1/chunks", json=chunk, headers=ingest_headers)
+    assert response.status_code == 202
+    async with running_worker(llm_settings):
+        assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 1) == {"failed": 1}
+    # The answer, the repair request answered the same, and nothing more: no retry of the chunk.
+    assert len(fake_llm.requests) == 2
+    assert all(body["temperature"] == 0 for body in fake_llm.requests)
+    async with sessionmaker() as session:
+        failed = await session.get(Chunk, uuid.UUID(response.json()["chunk_id"]))
+        assert failed is not None
+        assert failed.attempts == 1
+        assert "repeated its answer at temperature 0" in (failed.last_error or "")
+        steps = json.loads(failed.raw_output or "[]")
+        assert [(s["step"], s["output"]) for s in steps] == [("extract", stuck), ("extract.repair", stuck)]
 
 
 # What servers answer to a response_format they cannot do, and what they do take.
