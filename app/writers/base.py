@@ -6,7 +6,9 @@ and drops anything that names an id it did not show (architecture invariant 5).
 
 What a model writes may hold characters no Postgres text can (NUL, and the lone UTF-16 surrogates that
 a JSON escape such as `\\ud800` decodes to); `storable_ops` takes them out of the ops' text before
-anything is written, so such an answer costs one guard, not the chunk.
+anything is written, so such an answer costs one guard, not the chunk. Small models also fill the
+template in: "The user ...", "...", a bare timestamp; `is_placeholder` tells such content from a
+statement, for the apply step's `placeholder` guard.
 """
 
 from __future__ import annotations
@@ -144,6 +146,43 @@ def storable_ops(ops: list[Op]) -> tuple[list[Op], list[dict[str, Any]]]:
             }
         )
     return clean, guards
+
+
+# An ellipsis standing in for the rest: at the end, alone or after a space ("The user ...", "lives in
+# [...]"), not one that trails off a word ("thinking of moving to Berlin...").
+_STAND_IN_ELLIPSIS = re.compile(r"(?:^|\s)[\[(<\"'\u201c]?(?:\.{2,}|\u2026)[\])>\"'\u201d]?[\s.!?]*$")
+_TEMPLATE_SLOT = re.compile(r"[<\[{][^<>\[\]{}]*[>\]}]")  # "<memory>", "[content]", "{value}"
+_BARE_SUBJECT = re.compile(r"(?:the\s+)?(?:user|agent|assistant)(?:['\u2019]s)?", re.IGNORECASE)
+_STAND_IN_WORDS = frozenset({"n/a", "none", "null", "unknown", "tbd", "todo", "placeholder", "etc"})
+_CALENDAR_NAMES = frozenset(
+    {
+        *("january", "february", "march", "april", "may", "june", "july", "august", "september"),
+        *("october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep"),
+        *("sept", "oct", "nov", "dec", "monday", "tuesday", "wednesday", "thursday", "friday"),
+        *("saturday", "sunday", "mon", "tue", "tues", "wed", "thu", "thur", "thurs", "fri", "sat", "sun"),
+    }
+)
+# What else a date or time is written with: "1st of November 2026 at 10:00 AM", "2026-11-01T10:00Z".
+_DATE_WORDS = _CALENDAR_NAMES | frozenset(("am", "pm", "at", "on", "of", "the", "t", "z", "utc", "gmt"))
+_ORDINALS = frozenset(("st", "nd", "rd", "th"))
+_EDGES = re.compile(r"^[\W_]+|[\W_]+$")
+
+
+def is_placeholder(text: str) -> bool:
+    """Whether `text` stands in for a statement instead of making one: only punctuation or an
+    ellipsis, a trailing "..." in place of the rest, a template slot, a bare date or time, or a
+    subject with nothing said about it ("The user", "User ...")."""
+    stripped = text.strip()
+    if not any(c.isalnum() for c in stripped):
+        return True
+    if _STAND_IN_ELLIPSIS.search(stripped) or stripped.endswith(":") or _TEMPLATE_SLOT.fullmatch(stripped):
+        return True
+    core = _EDGES.sub("", stripped)
+    if _BARE_SUBJECT.fullmatch(core) or core.lower() in _STAND_IN_WORDS:
+        return True
+    words = re.findall(r"[^\W\d_]+", core.lower())
+    dated = any(c.isdigit() for c in core) or any(w in _CALENDAR_NAMES for w in words)
+    return dated and all(w in _DATE_WORDS or w in _ORDINALS for w in words)
 
 
 class WriterError(Exception):
