@@ -74,11 +74,15 @@ def protocol_responder(body: dict[str, Any]) -> Reply:
     system = body["messages"][0]["content"]
     # the prompt's user turn (a repair request repeats it and appends the complaint)
     user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    if '"event"' in system:  # mem0 update
-        existing = {m["text"] for m in _json_after(user, "Current memories:")}
+    if '"event"' in system:  # mem0 update: new facts get the ids after the shown ones
+        shown = _json_after(user, "Current memories:")
+        existing = {m["text"] for m in shown}
+        first_new = 1 + max(int(m["id"]) for m in shown)
         facts = _json_after(user, "Newly retrieved facts:")
         events = [
-            {"id": str(100 + i), "text": f, "event": "ADD"} for i, f in enumerate(facts) if f not in existing
+            {"id": str(first_new + i), "text": f, "event": "ADD"}
+            for i, f in enumerate(facts)
+            if f not in existing
         ]
         return Reply.json({"memory": events})
     if '"op"' in system:  # hy-memory reconcile

@@ -5,7 +5,8 @@ current date, and answers `{"memory": [{"content", "tags", "owner"}]}`. *Reconci
 memories and the retrieved existing ones (`memory_id, content, owner, memory_at, tags`) and answers
 a JSON array of `ADD` / `UPDATE` (lossless merge into one memory) / `SUPERSEDE` (replaces memories
 that are no longer true, oldest first); `[]` means no change. With nothing retrieved, every new
-memory is added without the second call.
+memory is added without the second call. The reconcile schema is made for each call: UPDATE and
+SUPERSEDE must name ids, from those shown in that call.
 """
 
 from __future__ import annotations
@@ -48,22 +49,47 @@ EXTRACT_SCHEMA: dict[str, Any] = {
     },
     "required": ["memory"],
 }
-RECONCILE_SCHEMA: dict[str, Any] = {
-    "type": "array",
-    "items": {
-        "type": "object",
-        "properties": {
-            "op": {"type": "string", "enum": ["ADD", "UPDATE", "SUPERSEDE"]},
-            "memory_id": _STRING,
-            "memory_ids": {"type": "array", "items": _STRING},
-            "content": _STRING,
-            "supersede_reason": _STRING,
-            "owner": _OWNER,
-            "tags": _TAGS,
+
+
+def reconcile_schema(ids: list[str]) -> dict[str, Any]:
+    """The reconcile answer of one call: UPDATE and SUPERSEDE must name ids, and only the `ids` shown
+    in that call, so that a model held to the schema cannot invent one."""
+    shown = {"type": "string", "enum": ids}
+    written = {"content": _STRING}
+    labels = {"owner": _OWNER, "tags": _TAGS}
+    return {
+        "type": "array",
+        "items": {
+            "anyOf": [
+                {
+                    "type": "object",
+                    "properties": {"op": {"type": "string", "enum": ["ADD"]}, **written, **labels},
+                    "required": ["op", "content"],
+                },
+                {
+                    "type": "object",
+                    "properties": {
+                        "op": {"type": "string", "enum": ["UPDATE"]},
+                        "memory_id": shown,
+                        **written,
+                        **labels,
+                    },
+                    "required": ["op", "memory_id", "content"],
+                },
+                {
+                    "type": "object",
+                    "properties": {
+                        "op": {"type": "string", "enum": ["SUPERSEDE"]},
+                        "memory_ids": {"type": "array", "items": shown, "minItems": 1},
+                        **written,
+                        "supersede_reason": _STRING,
+                        **labels,
+                    },
+                    "required": ["op", "memory_ids", "content"],
+                },
+            ]
         },
-        "required": ["op", "content"],
-    },
-}
+    }
 
 
 @dataclass(frozen=True)
@@ -144,7 +170,7 @@ class HyMemoryProfile:
                 ),
             ),
             parse=parse_reconcile,
-            schema=RECONCILE_SCHEMA,
+            schema=reconcile_schema([str(c.local_id) for c in candidates]),
             max_tokens=256 + 160 * (len(extracted) + len(candidates)),
         )
         return to_ops(items)

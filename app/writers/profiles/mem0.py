@@ -1,8 +1,9 @@
 """The Mem0 protocol (classic event format): extract facts, then decide an event per memory.
 
 Existing memories are shown under the ids "0".."n"; the model answers
-`{"memory": [{"id", "text", "event": "ADD|UPDATE|DELETE|NONE", "old_memory"?}]}`. Ids it invents
-for UPDATE or DELETE are ignored (and recorded); ADD ids mean nothing and are not read.
+`{"memory": [{"id", "text", "event": "ADD|UPDATE|DELETE|NONE", "old_memory"?}]}`. The schema of
+each call allows only the ids shown for UPDATE, DELETE and NONE, and the next free ones for ADD;
+ids a model not held to it invents are ignored (and recorded); ADD ids mean nothing and are not read.
 """
 
 from __future__ import annotations
@@ -29,25 +30,44 @@ FACTS_SCHEMA: dict[str, Any] = {
     "properties": {"facts": {"type": "array", "items": {"type": "string"}}},
     "required": ["facts"],
 }
-EVENTS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "memory": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "id": {"type": "string"},
-                    "text": {"type": "string"},
-                    "event": {"type": "string", "enum": ["ADD", "UPDATE", "DELETE", "NONE"]},
-                    "old_memory": {"type": "string"},
+_STRING = {"type": "string"}
+
+
+def events_schema(shown: list[str], new: list[str]) -> dict[str, Any]:
+    """The update answer of one call: UPDATE, DELETE and NONE name one of the `shown` ids, ADD one of
+    the `new` ids, so that a model held to the schema cannot invent one."""
+    return {
+        "type": "object",
+        "properties": {
+            "memory": {
+                "type": "array",
+                "items": {
+                    "anyOf": [
+                        {
+                            "type": "object",
+                            "properties": {
+                                "id": {"type": "string", "enum": new},
+                                "text": _STRING,
+                                "event": {"type": "string", "enum": ["ADD"]},
+                            },
+                            "required": ["id", "text", "event"],
+                        },
+                        {
+                            "type": "object",
+                            "properties": {
+                                "id": {"type": "string", "enum": shown},
+                                "text": _STRING,
+                                "event": {"type": "string", "enum": ["UPDATE", "DELETE", "NONE"]},
+                                "old_memory": _STRING,
+                            },
+                            "required": ["id", "text", "event"],
+                        },
+                    ]
                 },
-                "required": ["id", "text", "event"],
-            },
-        }
-    },
-    "required": ["memory"],
-}
+            }
+        },
+        "required": ["memory"],
+    }
 
 
 def parse_facts(value: Any) -> list[str]:
@@ -86,6 +106,8 @@ class Mem0Profile:
         if not candidates:
             return ProfileResult([Op(OpKind.ADD, fact) for fact in facts])
         existing = [{"id": str(c.local_id), "text": c.content} for c in candidates]
+        first_new = max(c.local_id for c in candidates) + 1  # ADD ids mean nothing: the next free ones
+        new_ids = [str(first_new + i) for i in range(len(facts))]
         events = await model.ask(
             "update",
             self.prompts.render("update"),
@@ -95,7 +117,7 @@ class Mem0Profile:
                 new_facts=json.dumps(facts, ensure_ascii=False, indent=1),
             ),
             parse=parse_events,
-            schema=EVENTS_SCHEMA,
+            schema=events_schema([e["id"] for e in existing], new_ids),
             max_tokens=256 + 128 * (len(facts) + len(candidates)),
         )
         return to_ops(events)

@@ -103,6 +103,13 @@ async def test_hy_memory_extracts_then_reconciles_with_supersede(
     assert "Memory date (when the conversation happened): 2026-11-20" in extract["messages"][0]["content"]
     shown = reconcile["messages"][1]["content"]
     assert '"memory_id": "0"' in shown
+    # The schema of that call requires the ids, and allows only the one shown.
+    branches = reconcile["response_format"]["json_schema"]["schema"]["items"]["anyOf"]
+    by_op = {branch["properties"]["op"]["enum"][0]: branch for branch in branches}
+    assert by_op["UPDATE"]["properties"]["memory_id"]["enum"] == ["0"]
+    assert "memory_id" in by_op["UPDATE"]["required"]
+    assert by_op["SUPERSEDE"]["properties"]["memory_ids"]["items"]["enum"] == ["0"]
+    assert "memory_ids" in by_op["SUPERSEDE"]["required"]
     assert "The user lives in Lyon." in shown
     assert reconcile["max_tokens"] > extract["max_tokens"] or reconcile["max_tokens"] >= 256
 
@@ -152,6 +159,10 @@ async def test_mem0_events_apply_and_invented_ids_are_ignored(
     update = fake_llm.requests[2]["messages"][1]["content"]
     assert '"id": "0"' in update
     assert '"id": "1"' in update
+    schema = fake_llm.requests[2]["response_format"]["json_schema"]["schema"]
+    add, change = schema["properties"]["memory"]["items"]["anyOf"]
+    assert change["properties"]["id"]["enum"] == ["0", "1"]  # the memories shown
+    assert add["properties"]["id"]["enum"] == ["2", "3"]  # one new id per new fact
     changeset = await changeset_of(sessionmaker, second)
     assert changeset.profile == "mem0"
     assert [g["guard"] for g in changeset.guards] == ["unknown_id"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import jsonschema_rs
 import pytest
 
 from app.config import Settings
@@ -61,6 +63,45 @@ def test_hy_memory_reconcile_maps_ops_and_reports_what_it_drops() -> None:
     assert result.ops[2].reason == "moved"
     assert [g["guard"] for g in result.guards] == ["unknown_id", "unknown_op"]
     assert hy_memory.to_ops([]).ops[0].kind is OpKind.NOOP
+
+
+@pytest.mark.parametrize(
+    ("item", "valid"),
+    [
+        ({"op": "ADD", "content": "The user has a cat."}, True),
+        ({"op": "UPDATE", "memory_id": "1", "content": "The user lives in Oslo, Norway."}, True),
+        ({"op": "SUPERSEDE", "memory_ids": ["0", "1"], "content": "New", "supersede_reason": "moved"}, True),
+        ({"op": "UPDATE", "content": "no id"}, False),
+        ({"op": "UPDATE", "memory_id": "7", "content": "an id that was not shown"}, False),
+        ({"op": "SUPERSEDE", "content": "no ids"}, False),
+        ({"op": "SUPERSEDE", "memory_ids": [], "content": "no ids"}, False),
+        ({"op": "SUPERSEDE", "memory_ids": ["0", "mem-9"], "content": "an invented id"}, False),
+        ({"op": "DELETE", "memory_id": "0", "content": "not part of this protocol"}, False),
+    ],
+)
+def test_the_reconcile_schema_requires_ids_and_only_those_shown(item: dict[str, Any], valid: bool) -> None:
+    schema = hy_memory.reconcile_schema(["0", "1"])
+    assert jsonschema_rs.validator_for(schema).is_valid([item]) is valid
+
+
+@pytest.mark.parametrize(
+    ("item", "valid"),
+    [
+        ({"id": "0", "text": "a", "event": "NONE"}, True),
+        ({"id": "1", "text": "b2", "event": "UPDATE", "old_memory": "b"}, True),
+        ({"id": "2", "text": "c", "event": "ADD"}, True),
+        ({"id": "3", "text": "d", "event": "ADD"}, True),
+        ({"id": "7", "text": "e", "event": "DELETE"}, False),
+        ({"id": "2", "text": "f", "event": "DELETE"}, False),  # a new id for an existing memory
+        ({"id": "0", "text": "g", "event": "ADD"}, False),  # an existing id for a new one
+        ({"text": "h", "event": "UPDATE"}, False),
+    ],
+)
+def test_the_mem0_update_schema_allows_only_shown_ids_and_new_ones_for_add(
+    item: dict[str, Any], valid: bool
+) -> None:
+    schema = mem0.events_schema(["0", "1"], ["2", "3"])
+    assert jsonschema_rs.validator_for(schema).is_valid({"memory": [item]}) is valid
 
 
 def test_mem0_events_map_to_ops() -> None:
