@@ -13,6 +13,8 @@ from app.config import Settings, get_settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.domain.accounts.auth import PUBLIC_PATHS, ApiKeyAuthenticationMiddleware, KeyResolver
 from app.domain.accounts.controllers import ApiKeyController, TenantSettingsController
+from app.domain.answer.controllers import AnswerController
+from app.domain.answer.reader import reader_from_settings
 from app.domain.history.controllers import AdminHistoryController, AuditController
 from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.controllers import ChunkController
@@ -39,6 +41,7 @@ ROUTE_HANDLERS = [
     AdminHistoryController,
     AuditController,
     SearchController,
+    AnswerController,
 ]
 
 
@@ -64,6 +67,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             key_resolver=KeyResolver(sessionmaker, settings.auth_cache_ttl_s),
             writers=WriterRegistry(settings),
             searcher=Searcher(settings, embedder_from_settings(settings)),
+            reader=reader_from_settings(settings),
             ingest_batcher=IngestBatcher(
                 sessionmaker,
                 queue,
@@ -78,6 +82,8 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             await application.state.ingest_batcher.close()
             await queue.close()
             await application.state.searcher.embedder.aclose()
+            if application.state.reader is not None:
+                await application.state.reader.aclose()
             await application.state.writers.aclose()
             await engine.dispose()
 

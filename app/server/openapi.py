@@ -172,6 +172,20 @@ ROUTE_RESPONSES: dict[tuple[str, str], dict[int, OpenAPIResponse]] = {
     ("DELETE", "/v1/admin/users/{user_id}"): {
         400: error_response("Erasing a user is not confirmed with `?purge=true` (`purge_not_confirmed`)."),
     },
+    ("POST", "/v1/answer"): {
+        409: error_response(
+            "The stored vectors come from another embedder than the configured one (`embedder_mismatch`)."
+        ),
+        501: error_response(
+            "No read model is configured: MEMSTORE_READER_BASE_URL and MEMSTORE_READER_MODEL "
+            "(`reader_not_configured`)."
+        ),
+        503: error_response(
+            "The read model, the embedding model or Postgres is unavailable, or the server is shutting "
+            "down (`unavailable`). Retry after `Retry-After` seconds.",
+            headers={"Retry-After": _RETRY_AFTER},
+        ),
+    },
 }
 
 # A second success status with the body of the route's own: (method, path) -> (status, its own, why).

@@ -8,7 +8,7 @@ run, so CI's log shows how much was tried, not only that nothing failed.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -21,6 +21,8 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.domain.accounts.services import create_api_key
 from app.server.asgi import create_app
 from tests.conftest import Servers, _admin_connect, make_tenant
+from tests.support.fake_llm import FakeLLM
+from tests.support.fake_reader import reader_responder
 
 FUZZ_REQUESTS = pytest.StashKey[int]()
 
@@ -52,7 +54,16 @@ async def _key(sessionmaker: async_sessionmaker[AsyncSession], tenant_id: object
 
 
 @pytest.fixture(scope="module")
-async def fuzz_settings(servers: Servers, template_database: str) -> AsyncIterator[Settings]:
+def fuzz_reader() -> Iterator[FakeLLM]:
+    """A read model for POST /v1/answer, so its answers are fuzzed, not only its refusals."""
+    with FakeLLM(responder=reader_responder).in_thread() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+async def fuzz_settings(
+    servers: Servers, template_database: str, fuzz_reader: FakeLLM
+) -> AsyncIterator[Settings]:
     name = f"memstore_fuzz_{os.getpid()}"
     conn = await _admin_connect(servers)
     try:
@@ -65,6 +76,8 @@ async def fuzz_settings(servers: Servers, template_database: str) -> AsyncIterat
         redis_url=servers.redis_url,
         auth_cache_ttl_s=0.0,
         log_format="console",
+        reader_base_url=fuzz_reader.base_url,
+        reader_model=fuzz_reader.model,
     )
     conn = await _admin_connect(servers)
     try:

@@ -1,0 +1,128 @@
+"""Answering a question from a user's bank: the memories clients would find, read by a model.
+
+The memories come from Memstore's own search (`Searcher`, hybrid ranking, the same code that serves
+`POST /v1/memories/search`), each with the provenance of the version found, in a short transaction
+of its own that ends before the read model is called: nothing is held open while the model thinks.
+`POST /v1/answer` and the evaluation (`app.domain.evaluation`) both answer through `answer_question`,
+so what an evaluation scores is what clients get.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.domain.answer.reader import ChatModel, ChatModelError, Completion
+from app.domain.answer.repositories import AnswerRepository, VersionSource
+from app.domain.search.repositories import Hit
+from app.domain.search.services import Searcher, SearchQuery
+from app.lib.errors import RETRY_AFTER_S, ApiError
+
+DEFAULT_TOP_K = 10
+
+READER_INSTRUCTIONS = (
+    "You answer a question about people from what a memory store remembers of their conversations. "
+    "Use only the memories given. The date in brackets is when a memory was said: resolve relative "
+    'times ("last year", "yesterday") against it. If the memories do not hold the answer, say that '
+    "you do not know. Answer with a short phrase or one sentence, without explanation."
+)
+
+
+class ReaderNotConfiguredError(ApiError):
+    status_code = 501
+    code = "reader_not_configured"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "No read model is configured: set MEMSTORE_READER_BASE_URL and MEMSTORE_READER_MODEL.",
+            details={"settings": ["MEMSTORE_READER_BASE_URL", "MEMSTORE_READER_MODEL"]},
+        )
+
+
+class ReaderUnavailableError(ApiError):
+    status_code = 503
+    code = "unavailable"
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question about one user's bank (api.md `POST /v1/answer`)."""
+
+    user_id: str
+    question: str
+    top_k: int = DEFAULT_TOP_K
+    as_of: datetime | None = None
+    agent_id: str | None = None
+
+
+@dataclass(frozen=True)
+class UsedMemory:
+    """A memory handed to the read model, and the write it was read from (None: not found, as for
+    a memory purged meanwhile)."""
+
+    hit: Hit
+    source: VersionSource | None
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    model: str
+    memories: list[UsedMemory]
+    completion: Completion
+
+
+async def retrieve(
+    session: AsyncSession, searcher: Searcher, tenant_id: uuid.UUID, question: Question
+) -> list[UsedMemory]:
+    """The memories a hybrid search finds for the question, best first, with their provenance."""
+    hits = await searcher.search(
+        session,
+        tenant_id,
+        SearchQuery(
+            query=question.question,
+            user_id=question.user_id,
+            top_k=question.top_k,
+            as_of=question.as_of,
+            agent_id=question.agent_id,
+            mode="hybrid",
+        ),
+    )
+    sources = await AnswerRepository(session).sources(tenant_id, [(h.id, h.version) for h in hits])
+    return [UsedMemory(h, sources.get((h.id, h.version))) for h in hits]
+
+
+def reader_messages(question: str, memories: list[UsedMemory]) -> list[dict[str, str]]:
+    """The read model's prompt: the instructions, then the numbered memories and the question."""
+    lines = [f"{i}. {_dated(m.hit)}" for i, m in enumerate(memories, 1)] or ["(none)"]
+    prompt = "Memories:\n" + "\n".join(lines) + f"\n\nQuestion: {question}\nAnswer:"
+    return [{"role": "system", "content": READER_INSTRUCTIONS}, {"role": "user", "content": prompt}]
+
+
+def _dated(hit: Hit) -> str:
+    when = hit.memory_at
+    return f"[{when.day} {when:%B %Y}] {hit.content}" if when is not None else hit.content
+
+
+async def answer_question(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    searcher: Searcher,
+    reader: ChatModel,
+    tenant_id: uuid.UUID,
+    question: Question,
+) -> Answer:
+    """Retrieve, then ask the read model; raises `ReaderUnavailableError` (503) when it fails."""
+    async with sessionmaker() as session, session.begin():
+        memories = await retrieve(session, searcher, tenant_id, question)
+    try:
+        completion = await reader.complete(reader_messages(question.question, memories))
+    except ChatModelError as exc:
+        raise ReaderUnavailableError(
+            "The read model is unavailable; retry shortly.",
+            details={"reader": str(exc)[:300]},
+            headers={"Retry-After": RETRY_AFTER_S},
+        ) from exc
+    return Answer(completion.text, completion.model, memories, completion)
