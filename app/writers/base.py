@@ -189,13 +189,21 @@ class WriterError(Exception):
     """The writer failed for this chunk (timeout, garbage output ...); the chunk may be retried.
 
     `attempt_limit` caps the chunk's attempts for this kind of failure below MEMSTORE_MAX_ATTEMPTS
-    (a model that answered garbage twice will not do better a fifth time).
+    (a model that answered garbage twice will not do better a fifth time). `usage` is what the calls
+    made before the failure cost, in `WriteResult.usage`'s keys (empty if none was made).
     """
 
-    def __init__(self, message: str, raw_output: str | None = None, attempt_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        raw_output: str | None = None,
+        attempt_limit: int | None = None,
+        usage: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.raw_output = raw_output
         self.attempt_limit = attempt_limit
+        self.usage: dict[str, Any] = usage or {}
 
 
 class Writer(Protocol):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.writers.base import WriteRequest, WriteResult, storable_ops
+from app.writers.base import WriteRequest, WriterError, WriteResult, storable_ops
 from app.writers.profiles import ModelSession, Profile, get_profile
 from app.writers.transport import ChatTransport, ResponseFormat, TransportConfig
 
@@ -43,7 +43,8 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 class LLMWriter:
     """Runs its profile against the model for each chunk; usage, prompt hash and raw output go on the
     changeset. Unparseable output gets one repair request, then fails the attempt (see `ModelSession`);
-    text no Postgres column can hold is taken out of the ops (`storable_ops`)."""
+    text no Postgres column can hold is taken out of the ops (`storable_ops`). A failure carries the
+    usage of the calls made (`WriterError.usage`)."""
 
     initial_candidates = False  # every profile extracts first and retrieves for what it extracted
 
@@ -76,7 +77,12 @@ class LLMWriter:
 
     async def write(self, request: WriteRequest) -> WriteResult:
         session = ModelSession(self.transport, max_tokens_cap=self.spec.max_tokens)
-        result = await self.profile_impl.write(request, session)
+        try:
+            result = await self.profile_impl.write(request, session)
+        except WriterError as exc:
+            if session.transcript:  # what every call made for this chunk cost, failed or not
+                exc.usage = session.usage()
+            raise
         ops, unstorable = storable_ops(result.ops)
         return WriteResult(
             ops=ops,

@@ -2,7 +2,8 @@
 
 One `ChatTransport` per configured writer and process: a pooled HTTP client with a cap on requests
 in flight and retries with jittered backoff (`app.lib.http`, shared with the embedder), and
-structured output where the server supports it.
+structured output where the server supports it. The tokens of every answer are counted here
+(`memstore_writer_tokens_total`), whether or not its chunk is then applied.
 
 Structured output in `auto` mode goes down a ladder, one rung per refusal: the JSON schema as
 `json_schema` (OpenAI, vLLM, recent llama.cpp), the schema inside `json_object` (how llama.cpp and
@@ -148,6 +149,15 @@ class ChatTransport:
             body["response_format"] = {"type": "json_object", "schema": schema}
         return {**body, **self.config.extra_body}
 
+    def _count_tokens(self, completion: Completion) -> None:
+        """Tokens are counted per call, as they are spent: a chunk that later fails cost them too."""
+        for kind, count in (
+            ("prompt", completion.prompt_tokens),
+            ("completion", completion.completion_tokens),
+        ):
+            if count:
+                metrics.WRITER_TOKENS.labels(self.writer, self.config.model, kind).inc(count)
+
     def _fall_back(self, refused: Structure, detail: str) -> None:
         """The server refused `refused` for what it is: use the next form from now on. A call that
         sent an older form than the current one (refused concurrently) does not move it again."""
@@ -189,7 +199,9 @@ class ChatTransport:
                     status = answer.status
                     if status == 200:
                         metrics.WRITER_REQUESTS.labels(self.writer, "ok").inc()
-                        return _completion(answer.text, time.perf_counter() - started, attempt)
+                        completion = _completion(answer.text, time.perf_counter() - started, attempt)
+                        self._count_tokens(completion)
+                        return completion
                     detail = f"HTTP {status}: {storable_text(answer.text[:300])}"
                     if "response_format" in body and FORMAT_REFUSAL.search(answer.text):
                         metrics.WRITER_REQUESTS.labels(self.writer, "format_rejected").inc()

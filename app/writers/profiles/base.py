@@ -103,7 +103,9 @@ class ModelSession:
                 if repaired.strip() == text.strip() and self.transport.deterministic:
                     limit = 1
                     msg += "; the model repeated its answer at temperature 0, so no retry can help"
-                raise WriterError(msg, raw_output=self.raw_output(), attempt_limit=limit) from second
+                raise WriterError(
+                    msg, raw_output=self.raw_output(), attempt_limit=limit, usage=self.usage()
+                ) from second
 
     async def _call(
         self, step: str, messages: list[dict[str, str]], schema: dict[str, Any] | None, max_tokens: int
@@ -117,6 +119,7 @@ class ModelSession:
             self.latency_s += time.perf_counter() - started
             self.transcript.append({"step": step, "error": str(exc), "output": exc.raw_output})
             exc.raw_output = self.raw_output()
+            exc.usage = self.usage()
             raise
         self.latency_s += completion.latency_s
         self.prompt_tokens += completion.prompt_tokens
@@ -134,6 +137,7 @@ class ModelSession:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
     def usage(self) -> dict[str, Any]:
+        """What the calls so far cost (`calls` counts failed ones too)."""
         return {
             "calls": len(self.transcript),
             "prompt_tokens": self.prompt_tokens,

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from prometheus_client import REGISTRY
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -170,6 +171,8 @@ async def test_a_deterministic_model_that_repeats_its_unusable_answer_fails_the_
 ) -> None:
     stuck = '{"memory": "The user ..."}'
     fake_llm.responder = lambda body: Reply(content=stuck)
+    tokens = {"writer": "simple", "model": "hy-memory", "kind": "completion"}
+    before = REGISTRY.get_sample_value("memstore_writer_tokens_total", tokens) or 0.0
     chunk = {
         "user_id": "hal",
         "writer": "simple",
@@ -181,6 +184,9 @@ async def test_a_deterministic_model_that_repeats_its_unusable_answer_fails_the_
         assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 1) == {"failed": 1}
     # The answer, the repair request answered the same, and nothing more: no retry of the chunk.
     assert len(fake_llm.requests) == 2
+    # The tokens of a chunk that failed are counted all the same (a token per four characters).
+    after = REGISTRY.get_sample_value("memstore_writer_tokens_total", tokens) or 0.0
+    assert after - before == 2 * (len(stuck) // 4)
     assert all(body["temperature"] == 0 for body in fake_llm.requests)
     async with sessionmaker() as session:
         failed = await session.get(Chunk, uuid.UUID(response.json()["chunk_id"]))
