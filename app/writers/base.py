@@ -211,7 +211,7 @@ class Writer(Protocol):
 
     name: str  # the configured name ("default", "hy-memory-prod" ...)
     model: str | None  # the model behind it, if any
-    profile: str | None  # the protocol spoken to the model (hy-memory, mem0, simple), if any
+    profile: str | None  # the protocol spoken to the model (hy-memory, mem0, simple, memos), if any
     # How many earlier messages of the scope it wants as context; None: MEMSTORE_CONTEXT_MESSAGES.
     context_messages: int | None
     # Whether to be shown memories related to the whole chunk up front (False: it calls `search` itself).

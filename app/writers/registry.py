@@ -9,7 +9,7 @@ Writers come from four places: `offline` (always there); `openai`, the endpoint 
 `MEMSTORE_WRITER_*` settings describe; named writers in the TOML file `MEMSTORE_WRITERS_FILE`:
 
     [writers.hy-prod]
-    profile = "hy-memory"              # hy-memory | mem0 | simple
+    profile = "hy-memory"              # hy-memory | mem0 | simple | memos
     base_url = "http://vllm:8000/v1"
     model = "hy-memory"
     api_key_env = "HY_MEMORY_KEY"      # the key is read from this variable, never from the file

@@ -89,6 +89,18 @@ def protocol_responder(body: dict[str, Any]) -> Reply:
         existing = {m["content"] for m in _json_after(user, "EXISTING MEMORIES:")}
         new = _json_after(user, "NEW MEMORIES:")
         return Reply.json([{"op": "ADD", **m} for m in new if m["content"] not in existing])
+    if '"memory list"' in system:  # memos: the new messages only, not the earlier ones
+        said = _user_lines(user.split("NEW MESSAGES:", 1)[-1])
+        items = [
+            {
+                "key": f"Said {i + 1}",
+                "memory_type": "UserMemory",
+                "value": f"The user said: {s}",
+                "tags": ["said"],
+            }
+            for i, s in enumerate(said)
+        ]
+        return Reply.json({"memory list": items, "summary": " ".join(item["value"] for item in items)})
     said = _user_lines(user)
     if '{"facts"' in system:  # mem0 extract
         return Reply.json({"facts": said})

@@ -7,9 +7,10 @@ from pathlib import Path
 from app.writers.profiles.base import ModelSession, ParseError, Profile, ProfileResult, PromptSet
 from app.writers.profiles.hy_memory import HyMemoryProfile
 from app.writers.profiles.mem0 import Mem0Profile
+from app.writers.profiles.memos import MemosProfile
 from app.writers.profiles.simple import SimpleProfile
 
-PROFILES = {p.name: p for p in (HyMemoryProfile, Mem0Profile, SimpleProfile)}
+PROFILES = {p.name: p for p in (HyMemoryProfile, Mem0Profile, SimpleProfile, MemosProfile)}
 
 __all__ = [
     "PROFILES",

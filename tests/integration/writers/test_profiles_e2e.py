@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.db.models import Changeset, Chunk, Memory
+from app.db.models import Changeset, Chunk, Memory, MemoryVersion
 from app.writers.profiles import get_profile
 from tests.conftest import TenantKeys
 from tests.support.fake_llm import FakeLLM, Reply
@@ -197,6 +197,85 @@ async def test_simple_profile_adds_and_near_duplicates_become_noops(
     assert [g["guard"] for g in changeset.guards] == ["near_duplicate"]
     assert [op["op"] for op in changeset.ops] == ["NOOP"]
     assert changeset.ops[0]["duplicate_of"]
+
+
+async def test_memos_memory_list_is_added_with_its_tags_and_repeats_become_noops(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    llm_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    fake_llm: FakeLLM,
+) -> None:
+    fake_llm.enqueue(
+        Reply.json(
+            {
+                "memory list": [
+                    {
+                        "key": "Home city",
+                        "memory_type": "UserMemory",
+                        "value": "The user lives in Lyon.",
+                        "tags": ["home", "city"],
+                    },
+                    {
+                        "key": "Trip to Oslo",
+                        "memory_type": "LongTermMemory",
+                        "value": "The user plans a trip to Oslo on 2026-12-10.",
+                        "tags": ["travel"],
+                    },
+                ],
+                "summary": "The user lives in Lyon and plans a trip to Oslo.",
+            }
+        ),
+        Reply.json(
+            {
+                "memory list": [
+                    {
+                        "key": "Home",
+                        "memory_type": "UserMemory",
+                        "value": "The user lives in Lyon.",
+                        "tags": [],
+                    }
+                ],
+                "summary": "The user lives in Lyon.",
+            }
+        ),
+    )
+    first = await post(api, ingest_headers, "di", "I live in Lyon; Oslo on December 10!", 1, writer="memos")
+    second = await post(api, ingest_headers, "di", "Lyon is home.", 2, writer="memos")
+    async with running_worker(llm_settings):
+        assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 2) == {"applied": 2}
+    assert await memories(sessionmaker, tenant.tenant_id, "di") == {
+        "The user lives in Lyon.": "active",
+        "The user plans a trip to Oslo on 2026-12-10.": "active",
+    }
+
+    extract, later = fake_llm.requests
+    schema = extract["response_format"]["json_schema"]["schema"]
+    assert schema["required"] == ["memory list", "summary"]
+    item = schema["properties"]["memory list"]["items"]
+    assert item["properties"]["memory_type"]["enum"] == ["UserMemory", "LongTermMemory"]
+    assert '"memory list"' in extract["messages"][0]["content"]
+    assert "I live in Lyon" in later["messages"][1]["content"]  # earlier messages, for who and what
+
+    changeset = await changeset_of(sessionmaker, first)
+    assert (changeset.writer, changeset.profile) == ("memos", "memos")
+    assert changeset.prompt_hash == get_profile("memos").prompts.hash
+    assert [(op["op"], op["tags"]) for op in changeset.ops] == [
+        ("ADD", ["home", "city"]),
+        ("ADD", ["travel"]),
+    ]
+    async with sessionmaker() as session:
+        reasons = await session.scalars(
+            select(MemoryVersion.reason)
+            .where(MemoryVersion.changeset_id == changeset.id)
+            .order_by(MemoryVersion.reason)
+        )
+        assert list(reasons) == ["LongTermMemory: Trip to Oslo", "UserMemory: Home city"]
+    assert "plans a trip to Oslo" in json.loads(changeset.raw_output or "[]")[0]["output"]  # the summary
+    changeset = await changeset_of(sessionmaker, second)
+    assert [g["guard"] for g in changeset.guards] == ["near_duplicate"]
+    assert [op["op"] for op in changeset.ops] == ["NOOP"]
 
 
 async def test_tenant_default_writer_and_the_chunk_field_choose_the_writer(

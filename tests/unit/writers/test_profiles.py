@@ -10,7 +10,7 @@ import pytest
 
 from app.config import Settings
 from app.writers.base import OpKind
-from app.writers.profiles import get_profile, hy_memory, mem0
+from app.writers.profiles import PROFILES, get_profile, hy_memory, mem0, memos
 from app.writers.profiles.base import ParseError, PromptSet, parse_json
 from app.writers.registry import WriterRegistry
 from app.writers.transport import RESPONSE_FORMATS
@@ -122,6 +122,44 @@ def test_mem0_events_map_to_ops() -> None:
     assert [g["guard"] for g in result.guards] == ["unknown_id"]
     with pytest.raises(ParseError):
         mem0.parse_events({"memory": [{"id": "0"}]})
+
+
+def test_memos_memory_list_maps_to_adds() -> None:
+    items = memos.parse_memory_list(
+        {
+            "memory list": [
+                {
+                    "key": "Home",
+                    "memory_type": "UserMemory",
+                    "value": " The user lives in Lyon. ",
+                    "tags": ["Home"],
+                },
+                {"key": "", "memory_type": "Fact", "value": "The user met Ana on 2026-11-01.", "tags": "x"},
+                {"key": "Empty", "memory_type": "UserMemory", "value": "  ", "tags": []},
+            ],
+            "summary": "The user lives in Lyon.",
+        }
+    )
+    assert [(i.value, i.memory_type, i.tags) for i in items] == [
+        ("The user lives in Lyon.", "UserMemory", ("home",)),
+        ("The user met Ana on 2026-11-01.", "LongTermMemory", ()),  # any other type, as MemOS reads it
+    ]
+    assert [(op.kind, op.reason) for op in map(memos.to_op, items)] == [
+        (OpKind.ADD, "UserMemory: Home"),
+        (OpKind.ADD, "LongTermMemory"),
+    ]
+    # the key written without its space is read too; anything else is unparseable
+    assert memos.parse_memory_list({"memory_list": []}) == []
+    with pytest.raises(ParseError, match="memory list"):
+        memos.parse_memory_list({"memories": ["The user lives in Lyon."]})
+    with pytest.raises(ParseError, match="value"):
+        memos.parse_memory_list({"memory list": [{"key": "Home", "text": "Lyon"}]})
+
+
+def test_every_profile_loads_its_prompts() -> None:
+    assert {"hy-memory", "mem0", "simple", "memos"} <= set(PROFILES)
+    for name in PROFILES:
+        assert get_profile(name).prompts.texts
 
 
 def test_prompt_overrides_change_the_hash(tmp_path: Path) -> None:
