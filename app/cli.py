@@ -20,7 +20,7 @@ import httpx
 import structlog
 import typer
 
-from app import cli_history, cli_search
+from app import cli_eval, cli_history, cli_search
 from app.config import Settings, get_settings
 from app.lib.logging import configure_logging
 
@@ -329,6 +329,7 @@ def _embedded_refusal() -> Iterator[None]:
         raise typer.Exit(1) from exc
 
 
+cli_eval.register(cli)
 cli_history.register(cli)
 cli_search.register(cli)
 
