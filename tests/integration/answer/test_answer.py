@@ -242,3 +242,17 @@ async def test_no_read_model_is_501_and_one_that_is_down_or_refuses_is_503(
         assert response.status_code == 503
         assert "no such model" in response.json()["error"]["details"]["reader"]
         assert len(refusing.requests) == 1  # refused outright: not asked again
+
+
+def test_the_openapi_document_lists_every_status_the_route_answers() -> None:
+    nowhere = Settings(
+        database_url="postgresql+asyncpg://unused@localhost/unused", redis_url="redis://unused"
+    )
+    document = create_app(nowhere, configure_logs=False).openapi_schema.to_schema()
+    operation = document["paths"]["/v1/answer"]["post"]
+    assert set(operation["responses"]) == {"200", "400", "401", "403", "409", "413", "422", "501", "503"}
+    assert operation["security"] == [{"bearer": []}]
+    assert operation["responses"]["503"]["headers"]["Retry-After"]["required"] is True
+    assert "reader_not_configured" in operation["responses"]["501"]["description"]
+    provenance = document["components"]["schemas"]["SourceOut"]["properties"]
+    assert set(provenance) == {"version", "changeset_id", "chunk_id", "writer", "model", "created_at"}
