@@ -33,7 +33,7 @@ from app.domain.memories.repositories import (
 )
 from app.embeddings import Embedder
 from app.lib.errors import ApiError, ConflictError, NotFoundError
-from app.writers.base import Op, OpKind
+from app.writers.base import Op, OpKind, is_placeholder
 
 MAX_MEMORY_CHARS = 2_000
 
@@ -93,7 +93,7 @@ def _storable(text: str, limits: ApplyLimits) -> bool:
     return bool(text) and len(text) <= limits.max_chars and "\x00" not in text
 
 
-def _check_ops(  # noqa: PLR0912  (each guard is one branch)
+def _check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
     ops: Sequence[Op],
     shown: dict[int, Shown],
     locked: dict[uuid.UUID, MemoryState],
@@ -130,6 +130,9 @@ def _check_ops(  # noqa: PLR0912  (each guard is one branch)
             _guard(
                 guards, "bad_content", index, op, f"content must be 1..{limits.max_chars} characters, no NUL"
             )
+            continue
+        if op.kind in _WRITES_CONTENT and is_placeholder(op.content or ""):
+            _guard(guards, "placeholder", index, op, "content is a stand-in, not a statement")
             continue
         if op.kind is OpKind.NOOP:
             accepted.append((index, op, []))
@@ -664,7 +667,7 @@ async def _manual_write(
     )
     if outcome.applied == 0:
         guard = outcome.guards[-1] if outcome.guards else {"guard": "unknown", "detail": "not applied"}
-        if guard["guard"] == "bad_content":
+        if guard["guard"] in ("bad_content", "placeholder"):
             raise ApiError(guard["detail"], code="validation_error", status_code=422)
         raise ConflictError(
             "The memory changed meanwhile; read it again and retry.",
