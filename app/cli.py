@@ -20,7 +20,7 @@ import httpx
 import structlog
 import typer
 
-from app import cli_eval, cli_history, cli_search
+from app import cli_eval, cli_history, cli_search, cli_shadows
 from app.config import Settings, get_settings
 from app.lib.logging import configure_logging
 
@@ -332,6 +332,7 @@ def _embedded_refusal() -> Iterator[None]:
 cli_eval.register(cli)
 cli_history.register(cli)
 cli_search.register(cli)
+cli_shadows.register(cli)
 
 
 def main() -> None:

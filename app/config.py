@@ -113,11 +113,22 @@ class Settings(BaseSettings):
         description="Default writer: offline, openai (MEMSTORE_WRITER_* endpoint) or a writers-file name.",
         min_length=1,
     )
+    shadow_writers: list[str] = Field(
+        default_factory=list,
+        description="Writers (by name) that also write every chunk into a shadow bank of their own, as JSON.",
+    )
+    shadow_max_jobs: int = Field(
+        default=8, ge=1, description="Shadow banks a worker process drains at once, besides its own jobs."
+    )
+    compare_match_threshold: float = Field(
+        default=0.9, gt=0.0, le=1.0, description="Cosine similarity at which two banks' memories match."
+    )
     writers_file: Path | None = Field(
         default=None, description="TOML file declaring named writers ([writers.NAME] tables); see docs."
     )
     writer_profile: str = Field(
-        default="hy-memory", description="Protocol spoken to the openai writer: hy-memory, mem0, simple."
+        default="hy-memory",
+        description="Protocol spoken to the openai writer: hy-memory, mem0, simple, memos.",
     )
     writer_base_url: str = Field(
         default="http://127.0.0.1:8001/v1", description="OpenAI-compatible endpoint of the writer model."

@@ -12,7 +12,7 @@ from redis.exceptions import RedisError
 
 from app.domain.audit.services import seal_pending
 from app.domain.ingest.services import PROCESS_SCOPE_JOB
-from app.domain.pipeline.services import PipelineDeps, find_stranded_scopes, process_scope
+from app.domain.pipeline.services import PipelineDeps, find_stranded_scopes, take_up_scope
 from app.lib.errors import is_db_outage
 
 log = structlog.get_logger("workers.jobs")
@@ -23,7 +23,7 @@ async def process_scope_job(ctx: dict[str, Any], tenant_id: str, user_id: str) -
     deps: PipelineDeps = ctx["pipeline"]
     structlog.contextvars.bind_contextvars(tenant_id=tenant_id, user_id=user_id)
     try:
-        run = await process_scope(deps, uuid.UUID(tenant_id), user_id)
+        run = await take_up_scope(deps, uuid.UUID(tenant_id), user_id)
     except Exception as exc:
         if not is_db_outage(exc):
             raise
@@ -32,20 +32,27 @@ async def process_scope_job(ctx: dict[str, Any], tenant_id: str, user_id: str) -
         raise Retry(defer=min(30, 2 * int(ctx.get("job_try", 1)))) from exc
     finally:
         structlog.contextvars.unbind_contextvars("tenant_id", "user_id")
+    for bank_id in run.fed:
+        await _wake(ctx, str(bank_id), user_id, _job_id=f"shadow:{bank_id}:{user_id}:{uuid.uuid4().hex}")
     if run.retry_at is not None:
         # A chunk is waiting out its backoff; wake the scope when it is due. Without Redis the backoff
         # still holds in Postgres (`available_at`), and the sweeper wakes the scope once it has passed.
-        try:
-            await ctx["redis"].enqueue_job(
-                PROCESS_SCOPE_JOB,
-                tenant_id,
-                user_id,
-                _defer_until=run.retry_at,
-                _job_id=f"retry:{tenant_id}:{user_id}:{run.retry_at.timestamp():.0f}",
-            )
-        except (RedisError, OSError) as exc:
-            log.warning("scope.wake_up_not_queued", error=f"{type(exc).__name__}: {exc}")
+        await _wake(
+            ctx,
+            tenant_id,
+            user_id,
+            _defer_until=run.retry_at,
+            _job_id=f"retry:{tenant_id}:{user_id}:{run.retry_at.timestamp():.0f}",
+        )
     return run.summary()
+
+
+async def _wake(ctx: dict[str, Any], tenant_id: str, user_id: str, **options: Any) -> None:
+    """Queue a job for the scope; without Redis the chunks still wait in Postgres for the sweeper."""
+    try:
+        await ctx["redis"].enqueue_job(PROCESS_SCOPE_JOB, tenant_id, user_id, **options)
+    except (RedisError, OSError) as exc:
+        log.warning("scope.wake_up_not_queued", error=f"{type(exc).__name__}: {exc}")
 
 
 async def sweep_job(ctx: dict[str, Any]) -> dict[str, Any]:

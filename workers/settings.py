@@ -108,7 +108,8 @@ def worker_options(settings: Settings) -> dict[str, Any]:
         "on_shutdown": shutdown,
         "on_job_start": on_job_start,
         "on_job_end": on_job_end,
-        "max_jobs": settings.worker_max_jobs,
+        # Shadow banks are drained in slots of their own, so they never take one the tenants' scopes need.
+        "max_jobs": settings.worker_max_jobs + settings.shadow_max_jobs,
         # Shorter starts an idle scope's chunk sooner, but each look re-reads every queued and running
         # job (a few Redis round trips each): at 0.05 s a worker spent 3x the CPU per chunk at 64 in flight.
         "poll_delay": settings.worker_poll_delay_s,

@@ -169,6 +169,12 @@ ROUTE_RESPONSES: dict[tuple[str, str], dict[int, OpenAPIResponse]] = {
     ("POST", "/v1/admin/chunks/{chunk_id}/retry"): {
         409: error_response("Only a failed chunk can be retried (`chunk_not_failed`)."),
     },
+    ("GET", "/v1/admin/writers/compare"): {
+        404: error_response("No shadow bank of the tenant has that name (`bank_not_found`)."),
+    },
+    ("POST", "/v1/admin/replays"): {
+        409: error_response("A bank of that name exists with another writer (`bank_conflict`)."),
+    },
     ("DELETE", "/v1/admin/users/{user_id}"): {
         400: error_response("Erasing a user is not confirmed with `?purge=true` (`purge_not_confirmed`)."),
     },

@@ -63,6 +63,8 @@ class Chunk(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     # The writer's raw output of the last failed attempt, kept for inspection.
     raw_output: Mapped[str | None] = mapped_column(Text)
+    # Token usage of the writer calls of failed attempts (an applied chunk's is on its changeset).
+    usage: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default="{}")
     changeset_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     # Not to be taken before this time (backoff after a failed attempt).
     available_at: Mapped[datetime] = timestamp_column()

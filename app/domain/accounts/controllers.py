@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import msgspec
 from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.background_tasks import BackgroundTask
 from litestar.di import NamedDependency
@@ -104,21 +105,26 @@ class TenantSettingsController(Controller):
         self, db_session: NamedDependency[AsyncSession], request: Request[Principal, Any, Any]
     ) -> TenantSettings:
         tenant = await services.tenant_settings(db_session, request.user.tenant_id)
-        return TenantSettings(tenant_id=tenant.id, name=tenant.name, writer=tenant.settings.get("writer"))
+        return TenantSettings.of(tenant)
 
-    @patch("/", summary="Set the tenant's default writer (null: the deployment's)")
+    @patch("/", summary="Set the tenant's default writer and shadow writers (null: the deployment's)")
     async def update_settings(
         self,
         data: JSONBody[TenantSettingsUpdate],
         db_session: NamedDependency[AsyncSession],
         request: Request[Principal, Any, Any],
     ) -> TenantSettings:
-        tenant = await services.set_tenant_writer(
+        changes: dict[str, object] = {}
+        if data.writer is not msgspec.UNSET:
+            changes["writer"] = data.writer
+        if data.shadow_writers is not msgspec.UNSET:
+            changes["shadow_writers"] = data.shadow_writers
+        tenant = await services.set_tenant_options(
             db_session,
             tenant_id=request.user.tenant_id,
-            writer=data.writer,
+            changes=changes,
             known=request.app.state.writers.knows,
             actor=request.user.actor,
             request_id=request.state.get("request_id"),
         )
-        return TenantSettings(tenant_id=tenant.id, name=tenant.name, writer=tenant.settings.get("writer"))
+        return TenantSettings.of(tenant)

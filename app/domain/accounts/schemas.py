@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from app.db.models import Tenant
+
 Role = Literal["ingest", "read", "write", "admin"]
 
 
@@ -38,14 +40,33 @@ class KeyList(msgspec.Struct):
     items: list[KeyInfo]
 
 
+WriterName = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+
+
 class TenantSettings(msgspec.Struct):
-    """A tenant's options; `writer` is the default writer of its chunks that name none."""
+    """A tenant's options: `writer` writes its chunks that name none; `shadow_writers` also write each
+    chunk into shadow banks of their own (null: the deployment's `MEMSTORE_SHADOW_WRITERS`)."""
 
     tenant_id: uuid.UUID
     name: str
     writer: str | None
+    shadow_writers: list[str] | None = None
+
+    @classmethod
+    def of(cls, tenant: Tenant) -> TenantSettings:
+        shadows = tenant.settings.get("shadow_writers")
+        return cls(
+            tenant_id=tenant.id,
+            name=tenant.name,
+            writer=tenant.settings.get("writer"),
+            shadow_writers=list(shadows) if isinstance(shadows, list) else None,
+        )
 
 
 class TenantSettingsUpdate(msgspec.Struct, forbid_unknown_fields=True):
-    # A configured writer name, or null for the deployment's default.
-    writer: Annotated[str, msgspec.Meta(min_length=1, max_length=100)] | None
+    # A configured writer name, or null for the deployment's default; absent: unchanged.
+    writer: WriterName | msgspec.UnsetType | None = msgspec.UNSET
+    # Configured writer names ([] for none), or null for the deployment's; absent: unchanged.
+    shadow_writers: Annotated[list[WriterName], msgspec.Meta(max_length=8)] | msgspec.UnsetType | None = (
+        msgspec.UNSET
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -115,34 +116,51 @@ async def tenant_settings(session: AsyncSession, tenant_id: uuid.UUID) -> Tenant
     return tenant
 
 
-async def set_tenant_writer(
+async def set_tenant_options(
     session: AsyncSession,
     *,
     tenant_id: uuid.UUID,
-    writer: str | None,
+    changes: dict[str, object],
     known: Callable[[str], bool],
     actor: str,
     request_id: str | None = None,
 ) -> Tenant:
-    """Make `writer` the tenant's default writer (None: the deployment's); unknown names are refused."""
-    if writer is not None and not known(writer):
-        raise ApiError(
-            f"Unknown writer {writer!r}.",
-            code="validation_error",
-            status_code=422,
-            details={"field": "writer"},
+    """Set the tenant's `writer` (its default writer) and `shadow_writers` (writers that also write its
+    chunks into shadow banks); None: the deployment's. Unknown writer names are refused."""
+    for field, value in changes.items():
+        names = value if isinstance(value, list) else [] if value is None else [value]
+        for index, name in enumerate(names):
+            if not known(str(name)) or (field == "shadow_writers" and name == "default"):
+                where = field if field == "writer" else f"{field}[{index}]"
+                raise ApiError(
+                    f"Unknown writer {name!r}.",
+                    code="validation_error",
+                    status_code=422,
+                    details={"field": where},
+                )
+    if not changes:
+        return await tenant_settings(session, tenant_id)
+    repo = TenantRepository(session)
+    for field, value in changes.items():
+        await repo.set_option(
+            tenant_id, field, list(dict.fromkeys(value)) if isinstance(value, list) else value
         )
-    await TenantRepository(session).set_option(tenant_id, "writer", writer)
-    await record_event(
-        session,
-        tenant_id=tenant_id,
-        actor=actor,
-        action="tenant.writer_set",
-        target_type="tenant",
-        target_id=str(tenant_id),
-        summary={"writer": writer},
-        request_id=request_id,
-    )
+    if isinstance(shadows := changes.get("shadow_writers"), list):
+        # When each shadow writer was named: its live bank receives the chunks received since then.
+        named = (await tenant_settings(session, tenant_id)).settings.get("shadow_since") or {}
+        now = datetime.now(UTC).isoformat()
+        await repo.set_option(tenant_id, "shadow_since", {w: named.get(w, now) for w in shadows} or None)
+    for field, value in changes.items():
+        await record_event(
+            session,
+            tenant_id=tenant_id,
+            actor=actor,
+            action="tenant.writer_set" if field == "writer" else "tenant.shadow_writers_set",
+            target_type="tenant",
+            target_id=str(tenant_id),
+            summary={field: value},
+            request_id=request_id,
+        )
     return await tenant_settings(session, tenant_id)
 
 

@@ -35,6 +35,7 @@ from app.domain.history.repositories import HistoryRepository, Restoration
 from app.domain.memories.repositories import ChangesetRepository, VersionState
 from app.domain.memories.services import get_memory
 from app.domain.pipeline.locks import scope_lock_key
+from app.domain.shadows.services import banks as shadow_banks
 from app.embeddings import Embedder
 from app.lib.errors import ApiError, ConflictError, NotFoundError
 
@@ -499,10 +500,20 @@ async def purge_user(
 
     Taken under the scope's advisory lock (waiting for a worker draining it), so no apply can
     write the user's memories back while the purge runs."""
+    repo = HistoryRepository(session)
+    # The user's copies in the tenant's shadow banks go with them, under each bank's scope lock.
+    tenants = [tenant_id, *(bank.id for bank in await shadow_banks(session, tenant_id))]
+    counts: dict[str, int] = {}
+    for owner in tenants:
+        if dry_run:
+            found = await repo.count_user_rows(owner, user_id)
+        else:
+            await session.execute(select(func.pg_advisory_xact_lock(scope_lock_key(owner, user_id))))
+            found = await repo.purge_user(owner, user_id)
+        for kind, count in found.items():
+            counts[kind] = counts.get(kind, 0) + count
     if dry_run:
-        return await HistoryRepository(session).count_user_rows(tenant_id, user_id)
-    await session.execute(select(func.pg_advisory_xact_lock(scope_lock_key(tenant_id, user_id))))
-    counts = await HistoryRepository(session).purge_user(tenant_id, user_id)
+        return counts
     await record_event(
         session,
         tenant_id=tenant_id,

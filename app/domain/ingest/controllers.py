@@ -96,4 +96,7 @@ class ChunkController(Controller):
             writer=chunk.writer,
             received_at=chunk.received_at,
             applied_at=chunk.applied_at,
+            usage=chunk.usage,
+            # It may quote the memories the writer was shown: only for keys that may read them.
+            raw_output=chunk.raw_output if request.user.roles & {"read", "admin"} else None,
         )

@@ -70,3 +70,7 @@ class ChunkStatus(msgspec.Struct):
     writer: str | None
     received_at: datetime
     applied_at: datetime | None
+    # Token usage of the writer calls of failed attempts (an applied chunk's is on its changeset).
+    usage: dict[str, Any] = msgspec.field(default_factory=dict)
+    # What the writer answered in the last failed attempt, for keys that may read memories.
+    raw_output: str | None = None

@@ -7,9 +7,10 @@ round trip itself on a busy worker.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
@@ -97,6 +98,12 @@ _EARLIER = (
     .limit(bindparam("p_limit"))
 )
 
+# The numbers of an attempt's usage added to those already on the chunk.
+_ADD_USAGE = text(
+    "chunks.usage || (SELECT coalesce(jsonb_object_agg(key, coalesce((chunks.usage ->> key)::numeric, 0)"
+    " + value::numeric), '{}'::jsonb) FROM jsonb_each_text(CAST(:p_usage AS jsonb)))"
+)
+
 # A claim given back (a worker stopping, a fault that is not the chunk's): the attempt it counted is
 # returned, fenced by the claim like `_MARK_APPLIED`, so it never undoes another worker's claim.
 _GIVE_BACK = (
@@ -110,7 +117,24 @@ _GIVE_BACK = (
     .returning(_c.id)
 )
 
-_TENANT_WRITER = select(Tenant.settings["writer"].astext).where(Tenant.id == bindparam("p_tenant_id"))
+_TENANT_OPTIONS = select(
+    Tenant.settings["writer"].astext,
+    Tenant.settings["shadow_writers"],
+    Tenant.settings["shadow_since"],
+    Tenant.shadow_of,
+).where(Tenant.id == bindparam("p_tenant_id"))
+
+
+@dataclass(frozen=True)
+class TenantOptions:
+    """What the pipeline reads of a tenant: its default writer, its shadow writers (None: the
+    deployment's), and the tenant it shadows if it is a shadow bank."""
+
+    writer: str | None = None
+    shadow_writers: tuple[str, ...] | None = None
+    shadow_of: uuid.UUID | None = None
+    # When each of the tenant's shadow writers was named (RFC 3339).
+    shadow_since: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -145,10 +169,18 @@ class PipelineRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def tenant_writer(self, tenant_id: uuid.UUID) -> str | None:
-        """The tenant's default writer name, if it has one (tenant setting `writer`)."""
-        value = await self.session.scalar(_TENANT_WRITER, {"p_tenant_id": tenant_id})
-        return str(value) if value else None
+    async def tenant_options(self, tenant_id: uuid.UUID) -> TenantOptions:
+        """The tenant's default writer and shadow writers (tenant settings), and whose bank it is."""
+        row = (await self.session.execute(_TENANT_OPTIONS, {"p_tenant_id": tenant_id})).first()
+        if row is None:
+            return TenantOptions()
+        writer, shadows, since, shadow_of = row
+        return TenantOptions(
+            writer=str(writer) if writer else None,
+            shadow_writers=tuple(str(s) for s in shadows) if isinstance(shadows, list) else None,
+            shadow_of=shadow_of,
+            shadow_since={str(k): str(v) for k, v in since.items()} if isinstance(since, dict) else {},
+        )
 
     async def claim_next(self, tenant_id: uuid.UUID, user_id: str, max_attempts: int, lease: Lease) -> Claim:
         """Take the scope's oldest unfinished chunk while `lease` still holds (one statement): mark it
@@ -191,14 +223,21 @@ class PipelineRepository:
         final: bool,
         available_at: datetime | None,
         attempt: int | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> bool:
-        """Record a failed attempt: back to `queued` until `available_at`, or `failed` for good."""
+        """Record a failed attempt: back to `queued` until `available_at`, or `failed` for good. The
+        attempt's token usage is added to the chunk's (no changeset will record it)."""
         values: dict[str, Any] = {
             "last_error": error,
             "raw_output": raw_output,
             "updated_at": func.now(),
             "status": "failed" if final else "queued",
         }
+        counts = {
+            k: v for k, v in (usage or {}).items() if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        if counts:
+            values["usage"] = _ADD_USAGE.bindparams(p_usage=json.dumps(counts))
         if available_at is not None:
             values["available_at"] = available_at
         fence = [_c.id == chunk_id, _c.status != "applied"]

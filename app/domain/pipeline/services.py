@@ -33,8 +33,9 @@ from app.domain.audit.services import record_event
 from app.domain.memories.services import ApplyLimits, ApplyRequest, Provenance, Shown, embed_ops
 from app.domain.pipeline.applier import Applier, ApplyInterruptedError, Result
 from app.domain.pipeline.locks import Lease, ScopeLocks, scope_lock_key
-from app.domain.pipeline.repositories import ChunkRow, Claim, PipelineRepository
+from app.domain.pipeline.repositories import ChunkRow, Claim, PipelineRepository, TenantOptions
 from app.domain.search.services import EmbedderMismatchError, Searcher
+from app.domain.shadows.services import LiveFeeder
 from app.embeddings import Embedder
 from app.embeddings.openai import EmbeddingError
 from app.lib import metrics
@@ -73,11 +74,14 @@ class PipelineDeps:
     # The same pool without transactions: a chunk's claim and the reads that prepare its writer call
     # are single statements that need no BEGIN / COMMIT round trips around them.
     reads: AsyncEngine = field(init=False)
-    # Tenants whose default writer is cached, at most: the least recently read are dropped first.
+    # Tenants whose options are cached, at most: the least recently read are dropped first.
     tenant_cache_size: int = 4096
-    # tenant -> (its default writer, when read), oldest read first; defaults change rarely and may lag
-    # a little.
-    _tenant_writers: dict[uuid.UUID, tuple[str | None, float]] = field(default_factory=dict)
+    # tenant -> (its options, when read), oldest read first; options change rarely and may lag a little.
+    _tenant_options: dict[uuid.UUID, tuple[TenantOptions, float]] = field(default_factory=dict)
+    # Shadow banks drained at once by this process, in slots of their own (`MEMSTORE_SHADOW_MAX_JOBS`).
+    shadow_slots: asyncio.Semaphore = field(init=False)
+    feeder: LiveFeeder = field(init=False)
+    bank_slots: dict[uuid.UUID, asyncio.Semaphore] = field(default_factory=dict)
     _searcher: Searcher | None = None
     # Since when this process's chunks meet faults outside Postgres (monotonic clock); None once a
     # chunk gets through again. The backoff of such a fault grows with it (`outage_backoff`).
@@ -94,6 +98,8 @@ class PipelineDeps:
         self.locks = ScopeLocks(self.engine)
         self.applier = Applier(self.engine, self.actor)
         self.reads = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.shadow_slots = asyncio.Semaphore(self.settings.shadow_max_jobs)
+        self.feeder = LiveFeeder(self.engine)
 
     async def aclose(self) -> None:
         """Finish the apply in progress, release the scope locks, close the writer and embedder clients."""
@@ -114,17 +120,29 @@ class PipelineDeps:
             duplicate_threshold=self.settings.duplicate_threshold,
         )
 
-    async def tenant_writer(self, session: AsyncSession, tenant_id: uuid.UUID) -> str | None:
-        """The tenant's default writer name (tenant setting `writer`), cached for a short while."""
-        cached = self._tenant_writers.get(tenant_id)
+    async def tenant_options(self, session: AsyncSession, tenant_id: uuid.UUID) -> TenantOptions:
+        """The tenant's options (`PipelineRepository.tenant_options`), cached for a short while."""
+        cached = self._tenant_options.get(tenant_id)
         if cached is not None and time.monotonic() - cached[1] < _TENANT_CACHE_S:
             return cached[0]
-        name = await PipelineRepository(session).tenant_writer(tenant_id)
-        self._tenant_writers.pop(tenant_id, None)  # re-inserted last: the most recently read
-        self._tenant_writers[tenant_id] = (name, time.monotonic())
-        while len(self._tenant_writers) > self.tenant_cache_size:
-            del self._tenant_writers[next(iter(self._tenant_writers))]
-        return name
+        options = await PipelineRepository(session).tenant_options(tenant_id)
+        self._tenant_options.pop(tenant_id, None)  # re-inserted last: the most recently read
+        self._tenant_options[tenant_id] = (options, time.monotonic())
+        while len(self._tenant_options) > self.tenant_cache_size:
+            del self._tenant_options[next(iter(self._tenant_options))]
+        return options
+
+    async def tenant_writer(self, session: AsyncSession, tenant_id: uuid.UUID) -> str | None:
+        """The tenant's default writer name (tenant setting `writer`)."""
+        return (await self.tenant_options(session, tenant_id)).writer
+
+    def shadow_writers(self, options: TenantOptions) -> tuple[str, ...]:
+        """The writers that shadow a tenant: its own setting, else the deployment's; a bank has none."""
+        if options.shadow_of is not None:
+            return ()
+        if options.shadow_writers is not None:
+            return options.shadow_writers
+        return tuple(self.settings.shadow_writers)
 
     def outage_backoff(self) -> timedelta:
         """The delay before a chunk that met a fault outside Postgres is tried again."""
@@ -148,6 +166,8 @@ class ScopeRun:
     locked_elsewhere: bool = False
     retry_at: datetime | None = None  # the scope waits for a chunk's backoff until then
     lost_lock: bool = False  # the scope lock was found gone mid-run
+    no_shadow_slot: bool = False  # a shadow bank's scope put off: the process drains enough of them
+    fed: list[uuid.UUID] = field(default_factory=list)  # shadow banks that got the scope's new chunks
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -158,6 +178,8 @@ class ScopeRun:
             "locked_elsewhere": self.locked_elsewhere,
             "lost_lock": self.lost_lock,
             "retry_at": self.retry_at.isoformat() if self.retry_at else None,
+            "no_shadow_slot": self.no_shadow_slot,
+            "fed": [str(b) for b in self.fed],
         }
 
 
@@ -176,6 +198,38 @@ def outage_backoff(settings: Settings, outage_s: float) -> timedelta:
 
 def _jittered(delay_s: float) -> timedelta:
     return timedelta(seconds=delay_s * random.uniform(0.8, 1.2))  # noqa: S311  (jitter, not security)
+
+
+async def take_up_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
+    """A job's work on a scope. A tenant's scope first feeds its new chunks to the tenant's live shadow
+    banks (`run.fed`: the caller wakes them), then is drained. A shadow bank's scope is drained in one
+    of the process's shadow slots, or put off for a moment when they are all taken, so shadows never
+    hold a slot the tenants' own scopes need."""
+    async with AsyncSession(deps.reads) as session:
+        options = await deps.tenant_options(session, tenant_id)
+    if options.shadow_of is not None:
+        # No bank takes more than half the slots, so a slow shadow cannot starve the others either.
+        own = deps.bank_slots.setdefault(
+            tenant_id, asyncio.Semaphore(max(1, deps.settings.shadow_max_jobs // 2))
+        )
+        if deps.shadow_slots.locked() or own.locked():
+            return ScopeRun(no_shadow_slot=True, retry_at=datetime.now(UTC) + _jittered(1.0))
+        async with deps.shadow_slots, own:
+            return await process_scope(deps, tenant_id, user_id)
+    fed: list[uuid.UUID] = []
+    if writers := deps.shadow_writers(options):
+        try:
+            fed = [
+                bank.id
+                for bank in await deps.feeder.feed_scope(tenant_id, user_id, writers, options.shadow_since)
+            ]
+        except Exception as exc:
+            if is_db_outage(exc):
+                raise
+            log.warning("shadow.feed_failed", error=_describe(exc), exc_info=True)
+    run = await process_scope(deps, tenant_id, user_id)
+    run.fed = fed
+    return run
 
 
 async def process_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
@@ -254,15 +308,16 @@ async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun) -
 
     log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
     started = time.perf_counter()
-    result, error, raw, attempt_limit = await _call_writer(writer, request, settings.writer_timeout_s)
+    result, error, raw, attempt_limit, usage = await _call_writer(writer, request, settings.writer_timeout_s)
     metrics.WRITER_LATENCY.labels(writer.name, "error" if error else "ok").observe(
         time.perf_counter() - started
     )
     if error is not None:
-        return await _failed_attempt(deps, chunk, run, error, raw, attempt_limit, writer_name=writer.name)
+        return await _failed_attempt(
+            deps, chunk, run, error, raw, attempt_limit, writer_name=writer.name, usage=usage
+        )
 
     assert result is not None
-    _count_tokens(writer, result)
     apply_request = ApplyRequest(
         tenant_id=chunk.tenant_id,
         user_id=chunk.user_id,
@@ -317,6 +372,7 @@ async def _failed_attempt(
     attempt_limit: int | None = None,
     *,
     writer_name: str,
+    usage: dict[str, Any] | None = None,
 ) -> bool:
     """Record the claimed attempt as failed: retried after a backoff, or failed for good once the
     chunk has had its attempts (True: go on with the scope's next chunk)."""
@@ -324,7 +380,7 @@ async def _failed_attempt(
     attempt = chunk.attempts
     final = attempt >= min(settings.max_attempts, attempt_limit or settings.max_attempts)
     retry_at = None if final else datetime.now(UTC) + backoff(settings, attempt)
-    await _fail(deps, chunk, error, raw, final=final, attempt=attempt, retry_at=retry_at)
+    await _fail(deps, chunk, error, raw, final=final, attempt=attempt, retry_at=retry_at, usage=usage)
     if final:
         metrics.CHUNKS_FINISHED.labels("failed", writer_name).inc()
         run.failed += 1
@@ -394,32 +450,30 @@ async def _nothing_claimed(deps: PipelineDeps, claim: Claim, run: ScopeRun) -> b
     return False
 
 
-def _count_tokens(writer: Writer, result: WriteResult) -> None:
-    for kind in ("prompt_tokens", "completion_tokens"):
-        if isinstance(count := result.usage.get(kind), int):
-            metrics.WRITER_TOKENS.labels(writer.name, writer.model or "", kind.removesuffix("_tokens")).inc(
-                count
-            )
+_WriterOutcome = (
+    tuple[WriteResult, None, None, None, None]
+    | tuple[None, str, str | None, int | None, dict[str, Any] | None]
+)
 
 
-async def _call_writer(
-    writer: Writer, request: WriteRequest, timeout_s: float
-) -> tuple[WriteResult, None, None, None] | tuple[None, str, str | None, int | None]:
-    """The writer's result, or why it failed, what it said (for inspection) and how many attempts
-    such a failure deserves. A fault outside Postgres met by the writer's searches is raised as is."""
+async def _call_writer(writer: Writer, request: WriteRequest, timeout_s: float) -> _WriterOutcome:
+    """The writer's result, or why it failed, what it said (for inspection), how many attempts such a
+    failure deserves and the calls' token usage. A fault outside Postgres met by the writer's
+    searches is raised as is."""
     try:
         async with asyncio.timeout(timeout_s):
-            return await writer.write(request), None, None, None
+            return await writer.write(request), None, None, None, None
     except _OUTAGES:
         raise  # the writer's own search (`request.search`) met a fault that is neither its nor the chunk's
     except WriterError as exc:
         if isinstance(exc.__cause__, _OUTAGES):
             raise exc.__cause__ from exc
-        return None, f"writer error: {exc}", exc.raw_output, exc.attempt_limit
+        usage = getattr(exc, "usage", None)
+        return None, f"writer error: {exc}", exc.raw_output, exc.attempt_limit, usage
     except TimeoutError:
-        return None, f"writer timed out after {timeout_s:g} s", None, None
+        return None, f"writer timed out after {timeout_s:g} s", None, None, None
     except Exception as exc:  # noqa: BLE001  (any writer bug is a failed attempt, not a dead worker)
-        return None, f"writer raised {type(exc).__name__}: {exc}", None, None
+        return None, f"writer raised {type(exc).__name__}: {exc}", None, None, None
 
 
 async def _fail(
@@ -431,6 +485,7 @@ async def _fail(
     final: bool,
     attempt: int | None = None,
     retry_at: datetime | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> None:
     """Record a failed attempt (and, if final, its audit event) in a transaction of its own."""
     attempts = attempt if attempt is not None else chunk.attempts
@@ -442,6 +497,7 @@ async def _fail(
             final=final,
             available_at=retry_at,
             attempt=attempt,
+            usage=usage,
         )
         if recorded and final:
             await record_event(

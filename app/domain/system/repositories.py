@@ -8,6 +8,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 # Served by the partial index on unfinished chunks, so its cost follows the backlog, not the table.
+# Shadow banks' chunks are their own backlog (`memstore_shadow_*`), never the tenants'.
 _BACKLOG = text(
     """
     SELECT count(*) FILTER (WHERE status = 'queued') AS queued,
@@ -15,6 +16,7 @@ _BACKLOG = text(
            coalesce(extract(epoch FROM now() - min(received_at)), 0) AS oldest_age_s
     FROM chunks
     WHERE status IN ('queued', 'processing')
+      AND tenant_id NOT IN (SELECT id FROM tenants WHERE shadow_of IS NOT NULL)
     """
 )
 

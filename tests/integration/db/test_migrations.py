@@ -56,4 +56,4 @@ async def test_upgrade_downgrade_upgrade_and_check(servers: Servers) -> None:
 
 
 def test_single_head() -> None:
-    assert migrate.head_revision() == "0003"
+    assert migrate.head_revision() == "0004"

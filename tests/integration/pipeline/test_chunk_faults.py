@@ -263,6 +263,6 @@ async def test_the_tenant_writer_cache_is_bounded(
         async with AsyncSession(deps.reads) as session:
             for tenant_id in tenants:
                 await deps.tenant_writer(session, tenant_id)
-        assert list(deps._tenant_writers) == tenants[-3:]
+        assert list(deps._tenant_options) == tenants[-3:]
     finally:
         await deps.aclose()

@@ -1,0 +1,134 @@
+"""`/v1/admin/banks`, `/v1/admin/replays`, `/v1/admin/writers/compare`: writers on trial."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Request, Response, get, post
+from litestar.background_tasks import BackgroundTask
+from litestar.di import NamedDependency
+from litestar.params import JSONBody, QueryParameter
+from litestar.status_codes import HTTP_202_ACCEPTED
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.domain.accounts.auth import requires_role
+from app.domain.accounts.services import Principal
+from app.domain.audit.services import record_event
+from app.domain.ingest.services import PROCESS_SCOPE_JOB
+from app.domain.shadows import services
+from app.domain.shadows.compare import compare_banks
+from app.domain.shadows.replay import UnknownReplayWriterError, start_replay
+from app.domain.shadows.schemas import BankList, BankOut, CompareOut, ProgressOut, ReplayIn, ReplayOut
+from app.lib.errors import ApiError
+from app.lib.queue import JobQueue
+
+AdminRequest = Request[Principal, Any, Any]
+BankName = Annotated[str, QueryParameter(min_length=1, max_length=100)]
+# Chunks one replay request gives its bank; asked again, the replay goes on from there.
+_REPLAY_FEED_LIMIT = 10_000
+
+
+async def _bank_out(session: AsyncSession, bank: services.Bank) -> BankOut:
+    done = await services.progress(session, bank)
+    return BankOut(
+        name=bank.name,
+        writer=bank.writer,
+        kind=bank.kind,
+        since=bank.since,
+        until=bank.until,
+        user_id=bank.user_id,
+        progress=msgspec.convert(done, ProgressOut, from_attributes=True),
+    )
+
+
+class ShadowController(Controller):
+    path = "/v1/admin"
+    tags = ["admin"]
+    guards = [requires_role("admin")]
+
+    @get("/banks", summary="The tenant's shadow banks and how far each has got")
+    async def list_banks(self, request: AdminRequest, db_session: NamedDependency[AsyncSession]) -> BankList:
+        found = await services.banks(db_session, request.user.tenant_id)
+        return BankList(items=[await _bank_out(db_session, b) for b in found])
+
+    @post("/replays", status_code=HTTP_202_ACCEPTED, summary="Replay stored chunks through a writer")
+    async def replay(
+        self, data: JSONBody[ReplayIn], request: AdminRequest, db_session: NamedDependency[AsyncSession]
+    ) -> Response[ReplayOut]:
+        tenant_id = request.user.tenant_id
+        if data.since is not None and data.until is not None and data.until <= data.since:
+            raise ApiError(
+                "`until` must be after `since`.",
+                code="validation_error",
+                status_code=422,
+                details={"field": "until"},
+            )
+        try:
+            bank = await start_replay(
+                db_session,
+                tenant_id,
+                writer=data.writer,
+                writers=request.app.state.writers,
+                user_id=data.user_id,
+                since=data.since,
+                until=data.until,
+                name=data.name,
+            )
+        except UnknownReplayWriterError as exc:
+            raise ApiError(
+                str(exc), code="validation_error", status_code=422, details={"field": "writer"}
+            ) from exc
+        fed = await services.feed(db_session, bank, limit=_REPLAY_FEED_LIMIT)
+        await record_event(
+            db_session,
+            tenant_id=tenant_id,
+            actor=request.user.actor,
+            action="bank.replayed",
+            target_type="bank",
+            target_id=bank.name,
+            request_id=request.state.get("request_id"),
+            summary={"writer": bank.writer, "fed": len(fed), **bank.as_json()},
+        )
+        queue: JobQueue = request.app.state.job_queue
+        jobs = [
+            (
+                PROCESS_SCOPE_JOB,
+                {
+                    "tenant_id": str(bank.id),
+                    "user_id": user,
+                    "_job_id": f"replay:{bank.id}:{user}:{uuid.uuid4().hex[:8]}",
+                },
+            )
+            for user in dict.fromkeys(fed)
+        ]
+        out = ReplayOut(
+            bank=await _bank_out(db_session, bank), fed=len(fed), complete=len(fed) < _REPLAY_FEED_LIMIT
+        )
+        # After the commit, as ingestion does.
+        return Response(
+            out, status_code=HTTP_202_ACCEPTED, background=BackgroundTask(queue.enqueue_many, jobs)
+        )
+
+    @get("/writers/compare", summary="Two banks side by side: ops, memories, guards, failures, cost")
+    async def compare(
+        self,
+        request: AdminRequest,
+        db_session: NamedDependency[AsyncSession],
+        b: BankName,
+        a: BankName = services.PRIMARY,
+        user_id: Annotated[str | None, QueryParameter(min_length=1, max_length=200)] = None,
+        threshold: Annotated[float | None, QueryParameter(gt=0.0, le=1.0)] = None,
+        chunk_rows: Annotated[int, QueryParameter(ge=0, le=1000)] = 200,
+    ) -> CompareOut:
+        report = await compare_banks(
+            db_session,
+            request.user.tenant_id,
+            a,
+            b,
+            user_id=user_id,
+            threshold=threshold or request.app.state.settings.compare_match_threshold,
+            chunk_rows=chunk_rows,
+        )
+        return msgspec.convert(report, CompareOut)
