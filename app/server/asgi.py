@@ -20,8 +20,8 @@ from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.controllers import ChunkController
 from app.domain.memories.controllers import MemoryController
 from app.domain.search.controllers import SearchController
-from app.domain.shadows.controllers import ShadowController
 from app.domain.search.services import Searcher
+from app.domain.shadows.controllers import ShadowController
 from app.domain.system.controllers import SystemController
 from app.embeddings import embedder_from_settings
 from app.lib.errors import EXCEPTION_HANDLERS

@@ -204,7 +204,8 @@ async def test_failing_and_slow_shadows_neither_delay_nor_change_the_primary(
                 )
             )
         ).all()
-    assert errors and all(e and "500" in e for e in errors)
+    assert errors
+    assert all(e and "500" in e for e in errors)
 
 
 async def test_shadow_writers_must_be_configured_writers(api: Client, tenant: TenantKeys) -> None:
@@ -229,5 +230,6 @@ async def test_a_purge_erases_the_users_copies_in_shadow_banks(
     async with sessionmaker() as session:
         left = await session.scalar(select(Memory.id).where(Memory.tenant_id == trial).limit(1))
         chunks = await session.scalar(select(Chunk.id).where(Chunk.tenant_id == trial).limit(1))
-    assert left is None and chunks is None
+    assert left is None
+    assert chunks is None
     assert response.json()["deleted"]["chunks"] == 8
