@@ -15,7 +15,7 @@ from app.config import Settings
 from app.db.models import AuditEvent, Chunk, Memory, MemoryVersion, Tenant
 from tests.conftest import TenantKeys, make_tenant
 from tests.integration.shadows.conftest import FACTS
-from tests.support.fake_llm import FakeLLM
+from tests.support.fake_llm import FakeLLM, Reply
 from tests.support.workers import chunk_counts, running_worker, wait_for_chunks, wait_until
 
 Client = AsyncTestClient[Litestar]
@@ -233,3 +233,58 @@ async def test_a_purge_erases_the_users_copies_in_shadow_banks(
     assert left is None
     assert chunks is None
     assert response.json()["deleted"]["chunks"] == 8
+
+
+async def test_a_replay_asked_over_the_api_is_written_by_the_workers_and_resumes(
+    api: Client, tenant: TenantKeys, shadow_settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    await post_facts(api, tenant.admin)
+    async with running_worker(shadow_settings):
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 4)
+        response = await api.post(
+            "/v1/admin/replays", json={"writer": "trial", "name": "t1"}, headers=tenant.admin
+        )
+        assert response.status_code == 202, response.text
+        assert (response.json()["fed"], response.json()["complete"]) == (4, True)
+        assert await wait_for_bank(sessionmaker, tenant.tenant_id, "t1", 4) == {"applied": 4}
+        again = await api.post(
+            "/v1/admin/replays", json={"writer": "trial", "name": "t1"}, headers=tenant.admin
+        )
+        assert again.json()["fed"] == 0
+        assert again.json()["bank"]["progress"] == {"total": 4, "applied": 4, "failed": 0, "pending": 0}
+    clash = await api.post(
+        "/v1/admin/replays", json={"writer": "primary", "name": "t1"}, headers=tenant.admin
+    )
+    assert clash.status_code == 409
+    assert clash.json()["error"]["code"] == "bank_conflict"
+    unknown = await api.post("/v1/admin/replays", json={"writer": "nope"}, headers=tenant.admin)
+    assert unknown.status_code == 422
+    report = (await api.get("/v1/admin/writers/compare?b=t1", headers=tenant.admin)).json()
+    assert report["tenant"]["agreement"] == 0.75
+
+
+async def test_a_failed_chunk_shows_what_its_writer_said_and_what_its_calls_cost(
+    api: Client,
+    tenant: TenantKeys,
+    shadow_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    primary_llm: FakeLLM,
+) -> None:
+    # The same unusable answer twice at temperature 0: the chunk fails on its first attempt.
+    primary_llm.enqueue(Reply(content="not json at all"), Reply(content="not json at all"))
+    body = {"user_id": "ana", "messages": [{"role": "user", "content": "F1: note this"}]}
+    chunk_id = (await api.post("/v1/chunks", json=body, headers=tenant.admin)).json()["chunk_id"]
+    async with running_worker(shadow_settings):
+        assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 1) == {"failed": 1}
+    shown = (await api.get(f"/v1/chunks/{chunk_id}", headers=tenant.admin)).json()
+    assert "not json at all" in shown["raw_output"]
+    assert shown["usage"]["calls"] == 2
+    assert shown["usage"]["prompt_tokens"] > 0
+    ingest_only = (
+        await api.post("/v1/admin/keys", json={"name": "in", "roles": ["ingest"]}, headers=tenant.admin)
+    ).json()["key"]
+    seen = (
+        await api.get(f"/v1/chunks/{chunk_id}", headers={"Authorization": f"Bearer {ingest_only}"})
+    ).json()
+    assert seen["raw_output"] is None
+    assert seen["usage"] == shown["usage"]
