@@ -12,7 +12,7 @@ import asyncio
 import json
 import socket
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,15 +27,10 @@ TenantName = Annotated[str, typer.Option("--tenant", help="Tenant name.")]
 
 
 def _moment(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    from app.lib.validation import parse_moment
+    """A time from the command line, as the history commands read one (RFC 3339; without a zone, UTC)."""
+    from app.cli_history import _moment as moment
 
-    try:
-        moment = datetime.fromisoformat(value)
-        return parse_moment(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+    return None if value is None else moment(value)
 
 
 async def _with_tenant(database_url: str, tenant: str, work: Any) -> Any:
