@@ -29,6 +29,10 @@ run: $(STAMP) ## Run everything locally: embedded Postgres + Redis, API on :8000
 test: $(STAMP) ## Run the test suite (starts its own embedded Postgres + Redis)
 	$(BIN)/python -m pytest
 
+.PHONY: test-real-model
+test-real-model: $(STAMP) ## Opt-in: every writer profile against a real small model on the CPU (builds .real-model/ first)
+	$(BIN)/python tests/real_model/run.py
+
 .PHONY: lint
 lint: $(STAMP) ## Lint and check formatting (ruff)
 	$(BIN)/ruff check app workers tests migrations bench

@@ -1,0 +1,176 @@
+"""The writer path against a real (small) model: opt-in, run by `make test-real-model` alone.
+
+Nothing here is collected unless MEMSTORE_REAL_MODEL_URL names a running OpenAI-compatible server
+(`tests/real_model/run.py` starts llama-cpp-python's with SmolLM2-135M-Instruct and sets it), so
+`make test` and CI never start a model.
+
+Between the writers and the model sits a recording proxy: every request body and every answer is
+kept (`exchanges`) and written to MEMSTORE_REAL_MODEL_OUT/<profile>-exchanges.jsonl, the evidence
+to look at when a profile misbehaves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from app.config import Settings
+from app.server.asgi import create_app
+from tests.conftest import TenantKeys, bearer
+
+MODEL_URL = os.environ.get("MEMSTORE_REAL_MODEL_URL", "")
+OUT_DIR = Path(os.environ.get("MEMSTORE_REAL_MODEL_OUT", ".real-model/out"))
+
+# Not collected without a model server: `make test` must not try to reach one.
+collect_ignore_glob = [] if MODEL_URL else ["test_*.py"]
+
+# What each profile's test found, printed at the end of the session (see pytest_terminal_summary).
+REPORTS: list[dict[str, Any]] = []
+
+
+@dataclass
+class RecordingProxy:
+    """Forwards /v1/* to the model server and records each exchange, bodies included."""
+
+    upstream: str
+    exchanges: list[dict[str, Any]] = field(default_factory=list)
+    port: int = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        started = time.perf_counter()
+        url = self.upstream.rstrip("/") + "/" + request.match_info["tail"]
+        record: dict[str, Any] = {"path": request.path, "request": _json_or_text(body)}
+        assert self._client is not None
+        try:
+            async with self._client.request(
+                request.method, url, data=body, headers={"content-type": "application/json"}
+            ) as answer:
+                text = await answer.text()
+                record |= {"status": answer.status, "response": _json_or_text(text.encode())}
+                return web.Response(body=text.encode(), status=answer.status, content_type="application/json")
+        except Exception as exc:  # the writer sees a dropped connection, as with a dead server
+            record |= {"status": None, "error": f"{type(exc).__name__}: {exc}"}
+            raise
+        finally:
+            record["elapsed_s"] = round(time.perf_counter() - started, 2)
+            self.exchanges.append(record)
+
+    async def __aenter__(self) -> RecordingProxy:
+        self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_route("*", "/v1/{tail:.*}", self.handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._runner.cleanup()
+        await self._client.close()
+
+    _client: aiohttp.ClientSession | None = None
+    _runner: web.AppRunner = field(init=False)
+
+
+def _json_or_text(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return raw.decode("utf-8", "replace")
+
+
+@pytest.fixture
+async def model_proxy() -> AsyncIterator[RecordingProxy]:
+    async with RecordingProxy(MODEL_URL) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def writers_file(tmp_path: Path, model_proxy: RecordingProxy) -> Path:
+    """One named writer per profile, all pointed (through the proxy) at the real model. No
+    `response_format` key: each writer runs with the default, `auto`."""
+    from app.writers.profiles import PROFILES
+
+    request_timeout = float(os.environ.get("MEMSTORE_REAL_MODEL_REQUEST_TIMEOUT_S", "180"))
+    path = tmp_path / "writers.toml"
+    path.write_text(
+        "\n".join(
+            f'[writers.real-{profile}]\nprofile = "{profile}"\nbase_url = "{model_proxy.base_url}"\n'
+            f'model = "hy-memory"\ntimeout_s = {request_timeout}\nmax_retries = 1\nmax_concurrency = 1\n'
+            for profile in sorted(PROFILES)
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def real_settings(settings: Settings, writers_file: Path) -> Settings:
+    chunk_timeout = float(os.environ.get("MEMSTORE_REAL_MODEL_CHUNK_TIMEOUT_S", "600"))
+    return settings.model_copy(
+        update={
+            "writers_file": writers_file,
+            "writer_timeout_s": chunk_timeout,
+            "worker_shutdown_wait_s": int(chunk_timeout) + 15,
+            "max_attempts": 2,
+            "retry_backoff_s": 0.5,
+            "retry_backoff_max_s": 2.0,
+            "sweep_interval_s": 2,
+            "sweep_min_age_s": 5.0,
+        }
+    )
+
+
+@pytest.fixture
+async def api(real_settings: Settings) -> AsyncIterator[AsyncTestClient[Litestar]]:
+    async with AsyncTestClient(create_app(real_settings, configure_logs=False)) as client:
+        yield client
+
+
+@pytest.fixture
+async def ingest_headers(api: AsyncTestClient[Litestar], tenant: TenantKeys) -> dict[str, str]:
+    response = await api.post(
+        "/v1/admin/keys", json={"name": "app", "roles": ["ingest", "read"]}, headers=tenant.admin
+    )
+    assert response.status_code == 201, response.text
+    return bearer(response.json()["key"])
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not REPORTS:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("what the small model did, per profile")
+    for report in REPORTS:
+        write(
+            f"{report['profile']:<10} chunks applied {report['applied']} / failed {report['failed']}"
+            f" | memories active {report['active_memories']} (versions {report['versions']})"
+            f" | calls {report['calls']} prompt tokens {report['prompt_tokens']}"
+            f" completion tokens {report['completion_tokens']} | {report['wall_s']:.0f} s"
+        )
+        write(f"           ops {report['ops']} | guards {report['guards'] or '{}'}")
+        write(f"           response_format sent {report['response_formats']}")
+        for memory in report["examples"]:
+            write(f"           + {memory}")
+        for error in report["errors"]:
+            write(f"           ! {error}")
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (OUT_DIR / "report.json").write_text(json.dumps(REPORTS, indent=2, ensure_ascii=False))
+    write(f"full report: {OUT_DIR / 'report.json'}; model exchanges: {OUT_DIR}/<profile>-exchanges.jsonl")
