@@ -49,7 +49,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
     for name, value in settings.model_dump().items():
         if value is not None:
-            env[f"MEMSTORE_{name.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
+            structured = isinstance(value, dict | list)
+            env[f"MEMSTORE_{name.upper()}"] = json.dumps(value) if structured else str(value)
     env["MEMSTORE_LOG_FORMAT"] = "json"
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     return env

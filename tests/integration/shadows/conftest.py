@@ -74,7 +74,7 @@ async def broken_llm() -> AsyncIterator[FakeLLM]:
 
 @pytest.fixture
 async def slow_llm() -> AsyncIterator[FakeLLM]:
-    async with FakeLLM(responder=scripted(primary_answer), latency_s=10.0) as fake:
+    async with FakeLLM(responder=scripted(primary_answer), latency_s=20.0) as fake:
         yield fake
 
 
@@ -87,7 +87,7 @@ def writers_file(
     path.write_text(
         "\n".join(
             f'[writers.{name}]\nprofile = "simple"\nbase_url = "{fake.base_url}"\nmodel = "{name}-model"\n'
-            f"timeout_s = {20.0 if name == 'slow' else 2.0}\nmax_retries = 0\n"
+            f"timeout_s = {40.0 if name == 'slow' else 2.0}\nmax_retries = 0\n"
             for name, fake in servers.items()
         )
     )
