@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from app.db.engine import postgres_target
 
 LogFormat = Literal["auto", "console", "json"]
+DestructiveKind = Literal["DELETE", "SUPERSEDE", "UPDATE"]
 
 # What a stopping worker waits beyond a writer call: the apply and the give-back of what is left.
 _SHUTDOWN_MARGIN_S = 15
@@ -163,6 +164,15 @@ class Settings(BaseSettings):
         default=50, description="Most ops applied from one chunk; the rest are dropped."
     )
     max_memory_chars: int = Field(default=2_000, description="Longest memory content a writer may store.")
+    destructive_ops: Literal["allow", "review", "deny"] = Field(
+        default="allow",
+        description="Writer ops that destroy: allow (applied), review (held for a human) or deny (dropped).",
+    )
+    destructive_kinds: list[DestructiveKind] = Field(
+        default_factory=lambda: list[DestructiveKind](["DELETE", "SUPERSEDE"]),
+        description="Which writer ops count as destructive, as JSON (tenants may override).",
+        min_length=1,
+    )
     duplicate_threshold: float = Field(
         default=0.95,
         description="Cosine similarity at which an ADD is a near-duplicate of an active memory (NOOP).",

@@ -19,6 +19,7 @@ from app.domain.history.controllers import AdminHistoryController, AuditControll
 from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.controllers import ChunkController
 from app.domain.memories.controllers import MemoryController
+from app.domain.reviews.controllers import ReviewController
 from app.domain.search.controllers import SearchController
 from app.domain.search.services import Searcher
 from app.domain.shadows.controllers import ShadowController
@@ -43,6 +44,7 @@ ROUTE_HANDLERS = [
     AuditController,
     SearchController,
     ShadowController,
+    ReviewController,
     AnswerController,
 ]
 

@@ -29,6 +29,18 @@ class OpKind(StrEnum):
     NOOP = "NOOP"  # nothing to change (recorded so the changeset says why)
 
 
+# What a writer's destructive ops meet (settings `destructive_ops`, per tenant and per writer): applied,
+# held for a human as a pending review, or dropped; and which ops are destructive unless said otherwise.
+DESTRUCTIVE_POLICIES = ("allow", "review", "deny")
+DEFAULT_DESTRUCTIVE_KINDS = frozenset({OpKind.DELETE, OpKind.SUPERSEDE})
+
+
+def strictest(*policies: str | None) -> str:
+    """The strictest of the named policies (deny > review > allow); `allow` if none is named."""
+    named = [p for p in policies if p]
+    return max(named, key=DESTRUCTIVE_POLICIES.index) if named else "allow"
+
+
 @dataclass(frozen=True)
 class Message:
     role: str  # user | assistant | system | tool

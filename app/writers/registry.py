@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import Settings
-from app.writers.base import Writer
+from app.writers.base import DESTRUCTIVE_POLICIES, Writer
 from app.writers.llm import LLMWriter, LLMWriterSpec
 
 DEFAULT = "default"
@@ -77,8 +77,11 @@ def spec_from_settings(settings: Settings) -> LLMWriterSpec:
     )
 
 
-def read_writers_file(path: Path, settings: Settings) -> dict[str, Callable[[str], Writer]]:
-    """Name -> factory for each `[writers.NAME]` table; a mistake in the file fails start-up, by name."""
+def read_writers_file(
+    path: Path, settings: Settings, policies: dict[str, str] | None = None
+) -> dict[str, Callable[[str], Writer]]:
+    """Name -> factory for each `[writers.NAME]` table; a mistake in the file fails start-up, by name.
+    Each writer's own `destructive_ops` policy, where it has one, goes into `policies`."""
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -89,8 +92,22 @@ def read_writers_file(path: Path, settings: Settings) -> dict[str, Callable[[str
         if not isinstance(table, dict):
             msg = f"writers file {path}: [writers.{name}] must be a table"
             raise ValueError(msg)
-        factories[name] = _factory_for(name, dict(table), settings, path)
+        options = dict(table)
+        policy = _policy(name, options, path)
+        factories[name] = _factory_for(name, options, settings, path)
+        if policies is not None and policy is not None:
+            policies[name] = policy
     return factories
+
+
+def _policy(name: str, table: dict[str, Any], path: Path) -> str | None:
+    """A writer's own `destructive_ops` policy (allow, review or deny), taken out of its table."""
+    policy = table.pop("destructive_ops", None)
+    if policy is not None and policy not in DESTRUCTIVE_POLICIES:
+        allowed = list(DESTRUCTIVE_POLICIES)
+        msg = f"{path}, [writers.{name}]: destructive_ops must be one of {allowed}, not {policy!r}"
+        raise ValueError(msg)
+    return None if policy is None else str(policy)
 
 
 def _factory_for(name: str, table: dict[str, Any], settings: Settings, path: Path) -> Callable[[str], Writer]:
@@ -124,13 +141,14 @@ class WriterRegistry:
     def __init__(self, settings: Settings) -> None:
         self._factories: dict[str, Callable[[], Writer]] = {}
         self._instances: dict[str, Writer] = {}
+        self._policies: dict[str, str] = {}  # writer -> its destructive-ops policy (writers file)
         self.register("offline", _offline_factory)
         if settings.writer == "openai" or settings.model_fields_set & {"writer_base_url", "writer_model"}:
             spec = spec_from_settings(settings)
             LLMWriter("openai", spec)  # fail now on a bad profile or prompt directory
             self.register("openai", functools.partial(LLMWriter, "openai", spec))
         if settings.writers_file is not None:
-            for name, factory in read_writers_file(settings.writers_file, settings).items():
+            for name, factory in read_writers_file(settings.writers_file, settings, self._policies).items():
                 self.register(name, functools.partial(factory, name))
         for name, path in settings.writer_plugins.items():
             self.register(name, functools.partial(_load(path), name=name))
@@ -147,6 +165,10 @@ class WriterRegistry:
 
     def names(self) -> list[str]:
         return [DEFAULT, *sorted(self._factories)]
+
+    def policy(self, name: str) -> str | None:
+        """The writer's own destructive-ops policy from the writers file, if it has one."""
+        return self._policies.get(name)
 
     def knows(self, name: str) -> bool:
         return name == DEFAULT or name in self._factories

@@ -60,7 +60,7 @@ def _user_lines(text: str) -> list[str]:
     return found
 
 
-def _json_after(text: str, heading: str) -> Any:
+def json_after(text: str, heading: str) -> Any:
     start = text.find(heading)
     if start < 0:
         return []
@@ -75,10 +75,10 @@ def protocol_responder(body: dict[str, Any]) -> Reply:
     # the prompt's user turn (a repair request repeats it and appends the complaint)
     user = next(m["content"] for m in body["messages"] if m["role"] == "user")
     if '"event"' in system:  # mem0 update: new facts get the ids after the shown ones
-        shown = _json_after(user, "Current memories:")
+        shown = json_after(user, "Current memories:")
         existing = {m["text"] for m in shown}
         first_new = 1 + max(int(m["id"]) for m in shown)
-        facts = _json_after(user, "Newly retrieved facts:")
+        facts = json_after(user, "Newly retrieved facts:")
         events = [
             {"id": str(first_new + i), "text": f, "event": "ADD"}
             for i, f in enumerate(facts)
@@ -86,8 +86,8 @@ def protocol_responder(body: dict[str, Any]) -> Reply:
         ]
         return Reply.json({"memory": events})
     if '"op"' in system:  # hy-memory reconcile
-        existing = {m["content"] for m in _json_after(user, "EXISTING MEMORIES:")}
-        new = _json_after(user, "NEW MEMORIES:")
+        existing = {m["content"] for m in json_after(user, "EXISTING MEMORIES:")}
+        new = json_after(user, "NEW MEMORIES:")
         return Reply.json([{"op": "ADD", **m} for m in new if m["content"] not in existing])
     if '"memory list"' in system:  # memos: the new messages only, not the earlier ones
         said = _user_lines(user.split("NEW MESSAGES:", 1)[-1])

@@ -9,6 +9,7 @@ from app.db.models.chunk import Chunk
 from app.db.models.embedding_config import EmbeddingConfig
 from app.db.models.memory import Memory
 from app.db.models.memory_version import MemoryVersion
+from app.db.models.review import Review
 from app.db.models.scope import Scope
 from app.db.models.tenant import Tenant
 
@@ -21,6 +22,7 @@ __all__ = [
     "EmbeddingConfig",
     "Memory",
     "MemoryVersion",
+    "Review",
     "Scope",
     "Tenant",
 ]

@@ -12,7 +12,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, timestamp_column, uuid_pk
 
-CHANGESET_KINDS = ("writer", "rollback", "revert", "restore", "manual")
+# `review`: a held writer op, applied on approval with the writer's provenance.
+CHANGESET_KINDS = ("writer", "rollback", "revert", "restore", "manual", "review")
 CHANGESET_STATUSES = ("applied", "reverted")
 
 

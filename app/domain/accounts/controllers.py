@@ -107,7 +107,7 @@ class TenantSettingsController(Controller):
         tenant = await services.tenant_settings(db_session, request.user.tenant_id)
         return TenantSettings.of(tenant)
 
-    @patch("/", summary="Set the tenant's default writer and shadow writers (null: the deployment's)")
+    @patch("/", summary="Set the tenant's writers and destructive-ops policy (null: the deployment's)")
     async def update_settings(
         self,
         data: JSONBody[TenantSettingsUpdate],
@@ -119,6 +119,10 @@ class TenantSettingsController(Controller):
             changes["writer"] = data.writer
         if data.shadow_writers is not msgspec.UNSET:
             changes["shadow_writers"] = data.shadow_writers
+        if data.destructive_ops is not msgspec.UNSET:
+            changes["destructive_ops"] = data.destructive_ops
+        if data.destructive_kinds is not msgspec.UNSET:
+            changes["destructive_kinds"] = data.destructive_kinds
         tenant = await services.set_tenant_options(
             db_session,
             tenant_id=request.user.tenant_id,

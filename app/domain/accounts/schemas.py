@@ -51,15 +51,21 @@ class TenantSettings(msgspec.Struct):
     name: str
     writer: str | None
     shadow_writers: list[str] | None = None
+    # What a writer's destructive ops meet, and which ops those are (null: the deployment's).
+    destructive_ops: str | None = None
+    destructive_kinds: list[str] | None = None
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantSettings:
         shadows = tenant.settings.get("shadow_writers")
+        kinds = tenant.settings.get("destructive_kinds")
         return cls(
             tenant_id=tenant.id,
             name=tenant.name,
             writer=tenant.settings.get("writer"),
             shadow_writers=list(shadows) if isinstance(shadows, list) else None,
+            destructive_ops=tenant.settings.get("destructive_ops"),
+            destructive_kinds=list(kinds) if isinstance(kinds, list) else None,
         )
 
 
@@ -70,3 +76,11 @@ class TenantSettingsUpdate(msgspec.Struct, forbid_unknown_fields=True):
     shadow_writers: Annotated[list[WriterName], msgspec.Meta(max_length=8)] | msgspec.UnsetType | None = (
         msgspec.UNSET
     )
+    # allow (applied), review (held for a human: /v1/admin/reviews) or deny (dropped); null: the deployment's.
+    destructive_ops: Literal["allow", "review", "deny"] | msgspec.UnsetType | None = msgspec.UNSET
+    # The writer ops the policy covers; null: the deployment's (DELETE and SUPERSEDE).
+    destructive_kinds: (
+        Annotated[list[Literal["DELETE", "SUPERSEDE", "UPDATE"]], msgspec.Meta(min_length=1, max_length=3)]
+        | msgspec.UnsetType
+        | None
+    ) = msgspec.UNSET

@@ -125,9 +125,12 @@ async def set_tenant_options(
     actor: str,
     request_id: str | None = None,
 ) -> Tenant:
-    """Set the tenant's `writer` (its default writer) and `shadow_writers` (writers that also write its
-    chunks into shadow banks); None: the deployment's. Unknown writer names are refused."""
+    """Set the tenant's `writer` (its default writer), `shadow_writers` (writers that also write its
+    chunks into shadow banks), `destructive_ops` (what a writer's destructive ops meet) and
+    `destructive_kinds` (which ops those are); None: the deployment's. Unknown writer names are refused."""
     for field, value in changes.items():
+        if field not in ("writer", "shadow_writers"):
+            continue
         names = value if isinstance(value, list) else [] if value is None else [value]
         for index, name in enumerate(names):
             if not known(str(name)) or (field == "shadow_writers" and name == "default"):
@@ -155,7 +158,7 @@ async def set_tenant_options(
             session,
             tenant_id=tenant_id,
             actor=actor,
-            action="tenant.writer_set" if field == "writer" else "tenant.shadow_writers_set",
+            action=f"tenant.{field}_set",
             target_type="tenant",
             target_id=str(tenant_id),
             summary={field: value},

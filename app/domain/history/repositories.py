@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import Integer, String
 
 from app.db.base import vector_text
-from app.db.models import AuditEvent, Changeset, Chunk, Memory, MemoryVersion, Scope
+from app.db.models import AuditEvent, Changeset, Chunk, Memory, MemoryVersion, Review, Scope
 from app.domain.memories.repositories import VERSIONS, VersionState, in_force_at
 
 MEMORIES = cast("Table", Memory.__table__)
@@ -122,6 +122,7 @@ _LATER_TOUCHES = text(
 
 # What a purge deletes, in this order.
 _PURGED: tuple[tuple[str, Any], ...] = (
+    ("reviews", Review),
     ("versions", MemoryVersion),
     ("memories", Memory),
     ("changesets", Changeset),
@@ -333,7 +334,7 @@ class HistoryRepository:
         user_id: str | None = None,
         writer: str | None = None,
         model: str | None = None,
-        kind: str | None = None,
+        kind: str | Sequence[str] | None = None,
         status: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
@@ -347,11 +348,12 @@ class HistoryRepository:
             (Changeset.user_id, user_id),
             (Changeset.writer, writer),
             (Changeset.model, model),
-            (Changeset.kind, kind),
             (Changeset.status, status),
         ):
             if value is not None:
                 stmt = stmt.where(column == value)
+        if kind is not None:
+            stmt = stmt.where(Changeset.kind.in_([kind] if isinstance(kind, str) else list(kind)))
         if since is not None:
             stmt = stmt.where(Changeset.created_at >= since)
         if until is not None:

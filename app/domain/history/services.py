@@ -332,7 +332,7 @@ async def bulk_revert(
             user_id=user_id,
             writer=writer,
             model=model,
-            kind="writer",
+            kind=("writer", "review"),  # what the model wrote, and its held ops that were approved
             status="applied",
             since=since,
             until=until,

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -31,9 +31,10 @@ from app.domain.memories.repositories import (
     MemoryState,
     VersionRepository,
 )
+from app.domain.reviews.repositories import ReviewRepository
 from app.embeddings import Embedder
 from app.lib.errors import ApiError, ConflictError, NotFoundError
-from app.writers.base import Op, OpKind, is_placeholder
+from app.writers.base import DEFAULT_DESTRUCTIVE_KINDS, Op, OpKind, is_placeholder
 
 MAX_MEMORY_CHARS = 2_000
 
@@ -69,6 +70,10 @@ class ApplyLimits:
     # An ADD at least this similar (cosine) to an active memory of the scope, or to another ADD of the
     # same result, stores nothing: over-storing near-copies is a known failure of memory writers.
     duplicate_threshold: float = 0.95
+    # Under `review` an op of these kinds that passes every guard is held as a pending review instead
+    # of applied; under `deny` it is dropped (guard `denied_op`). Hand edits and approvals use `allow`.
+    destructive: str = "allow"
+    destructive_kinds: frozenset[OpKind] = DEFAULT_DESTRUCTIVE_KINDS
 
 
 @dataclass
@@ -76,6 +81,7 @@ class ApplyOutcome:
     changeset_id: uuid.UUID
     applied: int = 0
     guards: list[dict[str, Any]] = field(default_factory=list)
+    reviews: list[uuid.UUID] = field(default_factory=list)  # ops held for a human (policy `review`)
 
 
 def _guard(guards: list[dict[str, Any]], name: str, index: int, op: Op, detail: str) -> None:
@@ -93,6 +99,9 @@ def _storable(text: str, limits: ApplyLimits) -> bool:
     return bool(text) and len(text) <= limits.max_chars and "\x00" not in text
 
 
+_Checked = list[tuple[int, Op, list[MemoryState]]]
+
+
 def _check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
     ops: Sequence[Op],
     shown: dict[int, Shown],
@@ -100,9 +109,11 @@ def _check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
     guards: list[dict[str, Any]],
     memory_at: datetime | None,
     limits: ApplyLimits,
-) -> list[tuple[int, Op, list[MemoryState]]]:
-    """The ops that may be applied, each with its target memories; the rest become guards."""
-    accepted: list[tuple[int, Op, list[MemoryState]]] = []
+    held: _Checked,
+) -> _Checked:
+    """The ops that may be applied, each with its target memories; those the destructive-ops policy
+    holds for review go to `held`; the rest become guards."""
+    accepted: _Checked = []
     touched: set[uuid.UUID] = set()
     for index, op in enumerate(ops):
         if index >= limits.max_ops:
@@ -168,7 +179,12 @@ def _check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
             _guard(guards, "unchanged", index, op, "UPDATE repeats the current content")
             continue
         touched.update(m.id for m in targets)
-        accepted.append((index, op, targets))
+        if op.kind in limits.destructive_kinds and limits.destructive == "deny":
+            _guard(guards, "denied_op", index, op, f"the policy denies a writer's {op.kind.value}")
+        elif op.kind in limits.destructive_kinds and limits.destructive == "review":
+            held.append((index, op, targets))  # its guard, naming the review, is recorded with the rows
+        else:
+            accepted.append((index, op, targets))
     return accepted
 
 
@@ -285,8 +301,11 @@ async def apply_many(
             for (tenant_id, user_id, memory_id), state in locked.items()
             if tenant_id == request.tenant_id and user_id == request.user_id
         }
-        accepted = _check_ops(request.ops, request.shown, in_scope, guards, request.memory_at, request.limits)
-        plan = _Plan(request, accepted, guards)
+        held: _Checked = []
+        accepted = _check_ops(
+            request.ops, request.shown, in_scope, guards, request.memory_at, request.limits, held
+        )
+        plan = _Plan(request, accepted, guards, held)
         for _, op, _ in accepted:
             if op.kind in _WRITES_CONTENT:
                 text = (op.content or "").strip()
@@ -300,6 +319,7 @@ async def apply_many(
     rows = _Rows()
     outcomes = [rows.add(plan) for plan in plans]
     await ChangesetRepository(session).insert_many(rows.changesets)
+    await ReviewRepository(session).insert_many(rows.reviews)
     await memories.insert_many(rows.new)
     await memories.update_many(rows.changed)
     await VersionRepository(session).insert_many(rows.versions)
@@ -311,8 +331,9 @@ class _Plan:
     """One request after the guards: the ops that may apply (with their targets) and their vectors."""
 
     request: ApplyRequest
-    accepted: list[tuple[int, Op, list[MemoryState]]]
+    accepted: _Checked
     guards: list[dict[str, Any]]
+    held: _Checked = field(default_factory=list)  # ops kept as pending reviews
     vectors: list[list[float]] = field(default_factory=list)  # one per content-writing accepted op
     duplicates: dict[int, tuple[str, str]] = field(default_factory=dict)  # op index -> (of what, why)
 
@@ -325,6 +346,7 @@ class _Rows:
     new: list[dict[str, Any]] = field(default_factory=list)
     changed: list[dict[str, Any]] = field(default_factory=list)
     versions: list[dict[str, Any]] = field(default_factory=list)
+    reviews: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, plan: _Plan) -> ApplyOutcome:
         request, provenance, guards = plan.request, plan.request.provenance, plan.guards
@@ -444,6 +466,7 @@ class _Rows:
                 version(old.id, old.version + 1, "DELETE", old.state() | {"status": "deleted"}, op.reason)
                 entry["memory_id"] = str(old.id)
 
+        reviews = [self._hold(plan, index, op, targets) for index, op, targets in plan.held]
         self.changesets.append(
             {
                 "id": changeset_id,
@@ -463,7 +486,33 @@ class _Rows:
                 "guards": guards,
             }
         )
-        return ApplyOutcome(changeset_id=changeset_id, applied=applied, guards=guards)
+        return ApplyOutcome(changeset_id=changeset_id, applied=applied, guards=guards, reviews=reviews)
+
+    def _hold(self, plan: _Plan, index: int, op: Op, targets: list[MemoryState]) -> uuid.UUID:
+        """A pending review for a held op: the op, its targets at the versions shown, its provenance."""
+        request, provenance = plan.request, plan.request.provenance
+        review_id = uuid.uuid4()
+        self.reviews.append(
+            {
+                "id": review_id,
+                "tenant_id": request.tenant_id,
+                "user_id": request.user_id,
+                "agent_id": request.agent_id,
+                "run_id": request.run_id,
+                "changeset_id": request.changeset_id,
+                "chunk_id": provenance.chunk_id,
+                "op_index": index,
+                "op": {k: v for k, v in op.as_json().items() if k != "targets"},
+                "targets": [{"memory_id": str(m.id), "version": m.version} for m in targets],
+                "memory_at": request.memory_at,
+                "writer": provenance.writer,
+                "model": provenance.model,
+                "profile": provenance.profile,
+                "prompt_hash": provenance.prompt_hash,
+            }
+        )
+        _guard(plan.guards, "held_for_review", index, op, f"held as review {review_id}")
+        return review_id
 
 
 async def _find_near_duplicates(memories: MemoryRepository, plans: Sequence[_Plan]) -> None:
@@ -514,8 +563,16 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
 # --- reading -------------------------------------------------------------------------------------
 
 
-def encode_cursor(memory: Memory | MemoryAsOf) -> str:
-    raw = f"{memory.created_at.isoformat()}|{memory.id}"
+class _Keyed(Protocol):
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def id(self) -> uuid.UUID: ...
+
+
+def encode_cursor(row: _Keyed) -> str:
+    """A keyset cursor over (created_at, id)."""
+    raw = f"{row.created_at.isoformat()}|{row.id}"
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 

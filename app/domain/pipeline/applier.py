@@ -136,8 +136,9 @@ class Applier:
             live = [r for r in results if r.chunk.id in still_ours]
             vectors = {text: vector for r in live for text, vector in r.vectors.items()}
             outcomes = await apply_many(session, [r.request for r in live], vectors)
-            await AuditRepository(session).insert_many(
-                [
+            events = []
+            for r, outcome in zip(live, outcomes, strict=True):
+                events.append(
                     event_row(
                         tenant_id=r.chunk.tenant_id,
                         actor=self.actor,
@@ -149,11 +150,28 @@ class Applier:
                             "changeset_id": str(outcome.changeset_id),
                             "applied": outcome.applied,
                             "guards": len(outcome.guards),
+                            "held": len(outcome.reviews),
                         },
                     )
-                    for r, outcome in zip(live, outcomes, strict=True)
-                ]
-            )
+                )
+                events.extend(
+                    event_row(
+                        tenant_id=r.chunk.tenant_id,
+                        actor=self.actor,
+                        action="review.held",
+                        target_type="review",
+                        target_id=str(review_id),
+                        summary={
+                            "user_id": r.chunk.user_id,
+                            "chunk_id": str(r.chunk.id),
+                            "changeset_id": str(outcome.changeset_id),
+                            "writer": r.request.provenance.writer,
+                            "model": r.request.provenance.model,
+                        },
+                    )
+                    for review_id in outcome.reviews
+                )
+            await AuditRepository(session).insert_many(events)
             await session.commit()
         by_chunk: dict[uuid.UUID, ApplyOutcome] = {
             r.chunk.id: outcome for r, outcome in zip(live, outcomes, strict=True)

@@ -122,6 +122,8 @@ _TENANT_OPTIONS = select(
     Tenant.settings["shadow_writers"],
     Tenant.settings["shadow_since"],
     Tenant.shadow_of,
+    Tenant.settings["destructive_ops"].astext,
+    Tenant.settings["destructive_kinds"],
 ).where(Tenant.id == bindparam("p_tenant_id"))
 
 
@@ -135,6 +137,9 @@ class TenantOptions:
     shadow_of: uuid.UUID | None = None
     # When each of the tenant's shadow writers was named (RFC 3339).
     shadow_since: dict[str, str] = field(default_factory=dict)
+    # Its policy for a writer's destructive ops and which ops those are (None: the deployment's).
+    destructive_ops: str | None = None
+    destructive_kinds: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -174,8 +179,10 @@ class PipelineRepository:
         row = (await self.session.execute(_TENANT_OPTIONS, {"p_tenant_id": tenant_id})).first()
         if row is None:
             return TenantOptions()
-        writer, shadows, since, shadow_of = row
+        writer, shadows, since, shadow_of, destructive, kinds = row
         return TenantOptions(
+            destructive_ops=str(destructive) if destructive else None,
+            destructive_kinds=tuple(str(k) for k in kinds) if isinstance(kinds, list) else None,
             writer=str(writer) if writer else None,
             shadow_writers=tuple(str(s) for s in shadows) if isinstance(shadows, list) else None,
             shadow_of=shadow_of,

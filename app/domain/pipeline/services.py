@@ -21,7 +21,7 @@ import contextlib
 import random
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,11 +43,13 @@ from app.lib.errors import is_db_outage
 from app.writers.base import (
     Candidate,
     Message,
+    OpKind,
     Writer,
     WriteRequest,
     WriterError,
     WriteResult,
     storable_text,
+    strictest,
 )
 from app.writers.registry import UnknownWriterError, WriterRegistry
 
@@ -119,6 +121,17 @@ class PipelineDeps:
             max_chars=self.settings.max_memory_chars,
             duplicate_threshold=self.settings.duplicate_threshold,
         )
+
+    def limits_for(self, options: TenantOptions, writer: str) -> ApplyLimits:
+        """The limits of a chunk of this tenant by this writer: the destructive-ops policy is the
+        stricter of the tenant's (else the deployment's) and the writer's own (writers file). A shadow
+        bank applies everything: what its writer would destroy is what the comparison reports."""
+        if options.shadow_of is not None:
+            return self.limits
+        own = options.destructive_ops or self.settings.destructive_ops
+        policy = strictest(own, self.writers.policy(writer))
+        kinds = options.destructive_kinds or tuple(self.settings.destructive_kinds)
+        return replace(self.limits, destructive=policy, destructive_kinds=frozenset(OpKind(k) for k in kinds))
 
     async def tenant_options(self, session: AsyncSession, tenant_id: uuid.UUID) -> TenantOptions:
         """The tenant's options (`PipelineRepository.tenant_options`), cached for a short while."""
@@ -296,7 +309,8 @@ async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun) -
     """The writer's call for a claimed chunk, and its result applied or its failure recorded."""
     settings = deps.settings
     async with AsyncSession(deps.reads, expire_on_commit=False) as session:
-        writer = deps.writers.get(chunk.writer, await deps.tenant_writer(session, chunk.tenant_id))
+        options = await deps.tenant_options(session, chunk.tenant_id)
+        writer = deps.writers.get(chunk.writer, options.writer)
         # Writers plugged in by import path may predate `context_messages`; they get the default.
         request, shown = await _build_request(
             session,
@@ -338,7 +352,7 @@ async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun) -
         raw_output=result.raw_output,
         usage=result.usage,
         guards=result.guards,
-        limits=deps.limits,
+        limits=deps.limits_for(options, writer.name),
     )
     # Embedded here, before the apply's transaction locks anything.
     vectors = await embed_ops(deps.embedder, [apply_request])
@@ -358,6 +372,7 @@ async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun) -
         seq=chunk.seq,
         ops=outcome.applied,
         guards=len(outcome.guards),
+        held=len(outcome.reviews),
     )
     run.applied += 1
     return True

@@ -21,6 +21,7 @@ EXPECTED_TABLES = {
     "audit_events",
     "audit_heads",
     "embedding_config",
+    "reviews",
 }
 
 
@@ -56,4 +57,4 @@ async def test_upgrade_downgrade_upgrade_and_check(servers: Servers) -> None:
 
 
 def test_single_head() -> None:
-    assert migrate.head_revision() == "0004"
+    assert migrate.head_revision() == "0005"
