@@ -146,7 +146,7 @@ async def test_retry_requeues_a_failed_chunk_and_a_worker_applies_it(
 
 SECRET = "Zanzibar-7731"
 
-CONTENT_TABLES = ("chunks", "memories", "memory_versions", "changesets", "audit_events")
+CONTENT_TABLES = ("chunks", "memories", "memory_versions", "changesets", "reviews", "audit_events")
 
 
 async def _mentions(sessionmaker: async_sessionmaker[AsyncSession], needle: str) -> dict[str, int]:
@@ -192,6 +192,7 @@ async def test_purge_removes_the_users_content_everywhere(
     purged = await client.delete("/v1/admin/users/victim", params={"purge": "true"}, headers=tenant.admin)
     assert purged.status_code == 200, purged.text
     assert purged.json()["deleted"] == {
+        "reviews": 0,
         "versions": 3,
         "memories": 1,
         "changesets": 3,
@@ -202,7 +203,14 @@ async def test_purge_removes_the_users_content_everywhere(
     assert await _mentions(sessionmaker, f"{SECRET}-victim") == dict.fromkeys(CONTENT_TABLES, 0)
     keeper = await _mentions(sessionmaker, f"{SECRET}-keeper")
     # The other user keeps everything (the writer changeset records its ops, content included).
-    assert keeper == {"chunks": 1, "memories": 1, "memory_versions": 1, "changesets": 1, "audit_events": 0}
+    assert keeper == {
+        "chunks": 1,
+        "memories": 1,
+        "memory_versions": 1,
+        "changesets": 1,
+        "audit_events": 0,
+        "reviews": 0,
+    }
     assert (await client.get(f"/v1/memories/{victim.id}/history", headers=tenant.admin)).status_code == 404
 
     events = await _events(client, tenant, action="user.purged")
