@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.db.engine import postgres_target
+from app.lib.logging import register_secrets
 
 LogFormat = Literal["auto", "console", "json"]
 DestructiveKind = Literal["DELETE", "SUPERSEDE", "UPDATE"]
@@ -250,6 +251,12 @@ class Settings(BaseSettings):
                 "calls off"
             )
             raise ValueError(msg)
+        return self
+
+    @model_validator(mode="after")
+    def _secrets_never_logged(self) -> Settings:
+        """Whatever they look like, this process's own keys are redacted from its log lines."""
+        register_secrets((self.admin_key, self.writer_api_key, self.embedder_api_key, self.reader_api_key))
         return self
 
     @property

@@ -169,6 +169,8 @@ def create_engine(
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow if overflow else 0,
         pool_pre_ping=pre_ping,
+        # A statement's bound values (memory text, key hashes) never appear in an error or a log line.
+        hide_parameters=True,
         connect_args=target.connect_args(application_name, settings.db_connect_timeout_s),
     )
 

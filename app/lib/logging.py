@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 import structlog
@@ -14,6 +15,24 @@ _SECRET_KEYS = frozenset(
     {"authorization", "api_key", "key", "admin_key", "password", "secret", "token", "writer_api_key"}
 )
 _REDACTED = "[redacted]"
+# Secrets by their look, wherever they appear in a value (an exception's text, a URL, a header dump):
+# Memstore's keys, OpenAI-style keys, and what follows an `Authorization` scheme.
+_SECRET_VALUES = re.compile(
+    r"\bms_[A-Za-z0-9_-]{16,}|\bsk-[A-Za-z0-9_-]{16,}|(?i:\b(?:bearer|token)\s+)[A-Za-z0-9._~+/=-]{8,}"
+)
+_known: set[str] = set()  # secrets of this process's settings, redacted by value whatever they look like
+
+
+def register_secrets(values: Iterable[str | None]) -> None:
+    """Redact these exact values from every log line of this process (keys from the settings)."""
+    _known.update(v for v in values if v and len(v) >= 8)
+
+
+def _redact_text(text: str) -> str:
+    for secret in _known:
+        if secret in text:
+            text = text.replace(secret, _REDACTED)
+    return _SECRET_VALUES.sub(_REDACTED, text)
 
 
 def _redact(value: Any) -> Any:
@@ -21,15 +40,18 @@ def _redact(value: Any) -> Any:
         return {k: (_REDACTED if str(k).lower() in _SECRET_KEYS else _redact(v)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return type(value)(_redact(v) for v in value)
+    if isinstance(value, str):
+        return _redact_text(value)
     return value
 
 
 def redact_secrets(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """structlog processor: replace the values of secret-looking keys, at any depth."""
+    """structlog processor: replace the values of secret-looking keys, and secret-looking values, at
+    any depth (run again after an exception is rendered, so its text is covered too)."""
     for key in list(event_dict):
         if key.lower() in _SECRET_KEYS:
             event_dict[key] = _REDACTED
-        elif isinstance(event_dict[key], dict | list | tuple):
+        else:
             event_dict[key] = _redact(event_dict[key])
     return event_dict
 
@@ -62,6 +84,7 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", process: str | Non
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info if json_output else _identity,
+            redact_secrets,
             renderer,
         ],
     )

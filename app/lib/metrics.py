@@ -32,6 +32,11 @@ HTTP_LATENCY = Histogram(
     ["method", "route"],
     buckets=_LATENCY_BUCKETS,
 )
+AUTH_LOOKUPS = Counter(
+    "memstore_auth_lookups_total",
+    "API keys resolved, by how: cached, queried, refused_cached (a known-bad key), refused_unchecked.",
+    ["result"],
+)
 CHUNKS_ACCEPTED = Counter("memstore_chunks_accepted_total", "Chunks durably accepted by the API.")
 INGEST_REJECTED = Counter(
     "memstore_ingest_rejected_total", "Ingestion requests refused before being stored, by reason.", ["reason"]

@@ -13,6 +13,7 @@ from app.config import Settings, get_settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.domain.accounts.auth import PUBLIC_PATHS, ApiKeyAuthenticationMiddleware, KeyResolver
 from app.domain.accounts.controllers import ApiKeyController, TenantSettingsController
+from app.domain.accounts.key_events import KeyEvents
 from app.domain.answer.controllers import AnswerController
 from app.domain.answer.reader import reader_from_settings
 from app.domain.history.controllers import AdminHistoryController, AuditController
@@ -63,12 +64,16 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             msg = "MEMSTORE_REDIS_URL is not set (run `memstore up` for the embedded stack)"
             raise RuntimeError(msg)
         queue = JobQueue(create_redis(settings.redis_url))
+        key_resolver = KeyResolver(sessionmaker, settings.auth_cache_ttl_s)
+        key_events = KeyEvents(settings.redis_url, key_resolver)
+        key_events.start()
         application.state.update(
             settings=settings,
             engine=engine,
             sessionmaker=sessionmaker,
             job_queue=queue,
-            key_resolver=KeyResolver(sessionmaker, settings.auth_cache_ttl_s),
+            key_resolver=key_resolver,
+            key_events=key_events,
             writers=WriterRegistry(settings),
             searcher=Searcher(settings, embedder_from_settings(settings)),
             reader=reader_from_settings(settings),
@@ -84,6 +89,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             yield
         finally:
             await application.state.ingest_batcher.close()
+            await key_events.aclose()
             await queue.close()
             await application.state.searcher.embedder.aclose()
             if application.state.reader is not None:

@@ -28,3 +28,8 @@ class ApiKey(Base):
     roles: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
     created_at: Mapped[datetime] = timestamp_column()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Written when a process resolves the key afresh, at most once a minute: "used within a minute".
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The key this one was made to replace (`POST /v1/admin/keys/{id}/rotate`); both stay valid until
+    # the old one is revoked.
+    rotated_from: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("api_keys.id", ondelete="SET NULL"))

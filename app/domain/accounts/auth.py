@@ -1,15 +1,18 @@
 """Bearer-key authentication and role guards.
 
 Every request under /v1 resolves its key to a `Principal` (tenant + roles). Resolved keys are cached
-per process for `auth_cache_ttl_s`, so the hot ingestion path does not pay a query per request;
-a revoked key therefore stops working within that many seconds.
+per process for `auth_cache_ttl_s`, so the hot ingestion path does not pay a query per request, and so
+are refused ones, so a flood of one bad key costs one query, not one each. A revocation reaches every
+API process's cache within milliseconds over Redis (`KeyEvents`); the cache's lifetime is the bound
+only while Redis is unreachable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+import uuid
+from typing import Any, TypeVar
 
 from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
@@ -20,29 +23,45 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.domain.accounts.repositories import ApiKeyRepository
 from app.domain.accounts.services import Principal
+from app.lib import metrics
 from app.lib.security import has_role, hash_api_key
 
 # Routes reachable without a key (health checks, metrics scrapers, the OpenAPI document).
 PUBLIC_PATHS = ["^/health$", "^/ready$", "^/metrics$", "^/schema"]
+# No key is longer; a longer one is refused before it is hashed or looked up.
+MAX_KEY_CHARS = 256
+# `last_used_at` is stamped at most this often per key.
+LAST_USED_EVERY_S = 60.0
+_MAX_CACHED = 10_000
+_T = TypeVar("_T")
 
 
 class KeyResolver:
-    """Key hash -> Principal, with a short per-process cache."""
+    """Key hash -> Principal (or refusal), with a short per-process cache of both."""
 
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], ttl_s: float) -> None:
         self.sessionmaker = sessionmaker
         self.ttl_s = ttl_s
         self._cache: dict[str, tuple[float, Principal]] = {}
+        self._refused: dict[str, float] = {}  # key hash -> until when it is refused without a query
         # One lookup per key at a time: when an entry expires under load, the requests that arrive
         # meanwhile share that lookup instead of each querying the database. It runs as its own task,
         # so a caller that is cancelled (a client gone) does not cancel it for the others.
         self._inflight: dict[str, asyncio.Task[Principal | None]] = {}
 
     async def resolve(self, secret: str) -> Principal | None:
+        if len(secret) > MAX_KEY_CHARS:
+            metrics.AUTH_LOOKUPS.labels("refused_unchecked").inc()
+            return None
         key_hash = hash_api_key(secret)
+        now = time.monotonic()
         cached = self._cache.get(key_hash)
-        if cached is not None and cached[0] > time.monotonic():
+        if cached is not None and cached[0] > now:
+            metrics.AUTH_LOOKUPS.labels("cached").inc()
             return cached[1]
+        if self._refused.get(key_hash, 0.0) > now:
+            metrics.AUTH_LOOKUPS.labels("refused_cached").inc()
+            return None
         task = self._inflight.get(key_hash)
         if task is None:
             task = asyncio.create_task(self._lookup(key_hash))
@@ -51,24 +70,45 @@ class KeyResolver:
         return await asyncio.shield(task)
 
     async def _lookup(self, key_hash: str) -> Principal | None:
+        metrics.AUTH_LOOKUPS.labels("queried").inc()
         async with self.sessionmaker() as session:
-            key = await ApiKeyRepository(session).get_active_by_hash(key_hash)
+            repo = ApiKeyRepository(session)
+            key = await repo.get_active_by_hash(key_hash)
+            if key is not None:
+                await repo.touch(key.id, LAST_USED_EVERY_S)
+                await session.commit()
+        expires = time.monotonic() + self.ttl_s
         if key is None:
             self._cache.pop(key_hash, None)
+            _bounded(self._refused)[key_hash] = expires
             return None
         principal = Principal(
             key_id=key.id, tenant_id=key.tenant_id, name=key.name, roles=frozenset(key.roles)
         )
-        if len(self._cache) > 10_000:
-            self._cache.clear()
-        self._cache[key_hash] = (time.monotonic() + self.ttl_s, principal)
+        _bounded(self._cache)[key_hash] = (expires, principal)
         return principal
 
-    def forget(self, key_id: Any) -> None:
+    def forget(self, key_id: uuid.UUID | str) -> None:
         """Drop a revoked key from this process's cache at once."""
         for key_hash, (_, principal) in list(self._cache.items()):
-            if principal.key_id == key_id:
+            if str(principal.key_id) == str(key_id):
                 del self._cache[key_hash]
+
+    def welcome(self, key_hash: str) -> None:
+        """A key was just created: stop refusing it from the cache, should it have been tried before."""
+        self._refused.pop(key_hash, None)
+
+    def forget_all(self) -> None:
+        """Drop every cached answer (after a gap in the revocation feed, which may have missed some)."""
+        self._cache.clear()
+        self._refused.clear()
+
+
+def _bounded(cache: dict[str, _T]) -> dict[str, _T]:
+    """The cache, emptied first if it is full (a flood of distinct keys cannot grow it without end)."""
+    if len(cache) >= _MAX_CACHED:
+        cache.clear()
+    return cache
 
 
 class ApiKeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):

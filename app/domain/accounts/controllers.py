@@ -1,4 +1,5 @@
-"""`/v1/admin/keys`: create (the secret shown once), list, revoke; `/v1/admin/settings`: tenant options."""
+"""`/v1/admin/keys`: create (the secret shown once), list, rotate, revoke; `/v1/admin/settings`: the
+tenant's options."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.models import ApiKey
 from app.domain.accounts import services
-from app.domain.accounts.auth import KeyResolver, requires_role
+from app.domain.accounts.auth import requires_role
+from app.domain.accounts.key_events import KeyEvents
 from app.domain.accounts.schemas import (
     CreatedKey,
     CreateKeyRequest,
@@ -37,7 +40,7 @@ class ApiKeyController(Controller):
         data: JSONBody[CreateKeyRequest],
         db_session: NamedDependency[AsyncSession],
         request: Request[Principal, Any, Any],
-    ) -> CreatedKey:
+    ) -> Response[CreatedKey]:
         key, secret = await services.create_api_key(
             db_session,
             tenant_id=request.user.tenant_id,
@@ -46,14 +49,27 @@ class ApiKeyController(Controller):
             actor=request.user.actor,
             request_id=request.state.get("request_id"),
         )
-        return CreatedKey(
-            id=key.id,
-            key=secret,
-            name=key.name,
-            roles=key.roles,
-            prefix=key.prefix,
-            created_at=key.created_at,
+        return _created(request, key, secret)
+
+    @post(
+        "/{key_id:uuid}/rotate",
+        status_code=HTTP_201_CREATED,
+        summary="A new key with this key's name and roles; the old one stays valid until revoked",
+    )
+    async def rotate_key(
+        self,
+        key_id: FromPath[uuid.UUID],
+        db_session: NamedDependency[AsyncSession],
+        request: Request[Principal, Any, Any],
+    ) -> Response[CreatedKey]:
+        key, secret = await services.rotate_api_key(
+            db_session,
+            tenant_id=request.user.tenant_id,
+            key_id=key_id,
+            actor=request.user.actor,
+            request_id=request.state.get("request_id"),
         )
+        return _created(request, key, secret)
 
     @get("/", summary="List the tenant's API keys (never their secrets)")
     async def list_keys(
@@ -69,6 +85,8 @@ class ApiKeyController(Controller):
                     prefix=k.prefix,
                     created_at=k.created_at,
                     revoked_at=k.revoked_at,
+                    last_used_at=k.last_used_at,
+                    rotated_from=k.rotated_from,
                 )
                 for k in keys
             ]
@@ -88,11 +106,28 @@ class ApiKeyController(Controller):
             actor=request.user.actor,
             request_id=request.state.get("request_id"),
         )
-        resolver: KeyResolver = request.app.state.key_resolver
-        # After the commit, or a lookup in between could cache the key again as still valid.
+        events: KeyEvents = request.app.state.key_events
+        # After the commit, or a lookup in between could cache the key again as still valid; published
+        # so that every other API process drops it too.
         return Response(
-            None, status_code=HTTP_204_NO_CONTENT, background=BackgroundTask(resolver.forget, key_id)
+            None, status_code=HTTP_204_NO_CONTENT, background=BackgroundTask(events.revoked, key_id)
         )
+
+
+def _created(request: Request[Principal, Any, Any], key: ApiKey, secret: str) -> Response[CreatedKey]:
+    """The new key, its secret shown this once; every API process is told it exists (after the commit)."""
+    events: KeyEvents = request.app.state.key_events
+    body = CreatedKey(
+        id=key.id,
+        key=secret,
+        name=key.name,
+        roles=key.roles,
+        prefix=key.prefix,
+        created_at=key.created_at,
+        rotated_from=key.rotated_from,
+    )
+    welcome = BackgroundTask(events.created, key.key_hash)
+    return Response(body, status_code=HTTP_201_CREATED, background=welcome)
 
 
 class TenantSettingsController(Controller):

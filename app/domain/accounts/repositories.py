@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import ApiKey, Tenant
@@ -66,6 +66,20 @@ class ApiKeyRepository:
         self.session.add(key)
         await self.session.flush()
         return key
+
+    async def touch(self, key_id: uuid.UUID, stale_s: float) -> None:
+        """Stamp `last_used_at`, unless it was stamped less than `stale_s` ago."""
+        await self.session.execute(
+            update(ApiKey)
+            .where(
+                ApiKey.id == key_id,
+                or_(
+                    ApiKey.last_used_at.is_(None),
+                    ApiKey.last_used_at < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, stale_s),
+                ),
+            )
+            .values(last_used_at=func.now())
+        )
 
     async def revoke(self, tenant_id: uuid.UUID, key_id: uuid.UUID) -> bool:
         result = await self.session.execute(

@@ -25,6 +25,7 @@ class CreatedKey(msgspec.Struct):
     roles: list[str]
     prefix: str
     created_at: datetime
+    rotated_from: uuid.UUID | None = None  # the key this one replaces (still valid until revoked)
 
 
 class KeyInfo(msgspec.Struct):
@@ -34,6 +35,8 @@ class KeyInfo(msgspec.Struct):
     prefix: str
     created_at: datetime
     revoked_at: datetime | None
+    last_used_at: datetime | None  # to within a minute
+    rotated_from: uuid.UUID | None
 
 
 class KeyList(msgspec.Struct):

@@ -57,6 +57,7 @@ async def create_api_key(
     actor: str,
     request_id: str | None = None,
     secret: str | None = None,
+    rotated_from: uuid.UUID | None = None,
 ) -> tuple[ApiKey, str]:
     """Store a new key (hashed) and return it with its secret, which is never retrievable again."""
     secret = secret or generate_api_key()
@@ -71,6 +72,7 @@ async def create_api_key(
             prefix=display_prefix(secret),
             key_hash=key_hash,
             roles=_check_roles(roles),
+            rotated_from=rotated_from,
         )
     )
     await record_event(
@@ -81,9 +83,31 @@ async def create_api_key(
         target_type="api_key",
         target_id=str(key.id),
         request_id=request_id,
-        summary={"name": name, "roles": key.roles},
+        summary={"name": name, "roles": key.roles}
+        | ({"rotated_from": str(rotated_from)} if rotated_from else {}),
     )
     return key, secret
+
+
+async def rotate_api_key(
+    session: AsyncSession, *, tenant_id: uuid.UUID, key_id: uuid.UUID, actor: str, request_id: str | None
+) -> tuple[ApiKey, str]:
+    """A new key with the old one's name and roles; the old one stays valid until it is revoked, so
+    clients can move to the new secret without a moment in which neither works."""
+    old = await ApiKeyRepository(session).get(tenant_id, key_id)
+    if old is None:
+        raise NotFoundError("No such API key.")
+    if old.revoked_at is not None:
+        raise ConflictError("A revoked key cannot be rotated; create a new key.", code="key_revoked")
+    return await create_api_key(
+        session,
+        tenant_id=tenant_id,
+        name=old.name,
+        roles=old.roles,
+        actor=actor,
+        request_id=request_id,
+        rotated_from=old.id,
+    )
 
 
 async def list_api_keys(session: AsyncSession, tenant_id: uuid.UUID) -> Sequence[ApiKey]:
