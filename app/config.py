@@ -74,6 +74,24 @@ class Settings(BaseSettings):
         description="Chunks waiting for a transaction per ingest writer and API process; more: 503.",
         ge=1,
     )
+    rate_limit_per_s: float = Field(
+        default=200.0,
+        description="Requests a second per API key, across all API processes (0: no limit); more: 429.",
+        ge=0,
+    )
+    rate_limit_burst: int = Field(
+        default=400, description="Requests an API key may make at once before its rate applies.", ge=0
+    )
+    max_queued_per_scope: int = Field(
+        default=10_000,
+        description="Chunks of one user not yet applied before ingestion answers 429 (0: no cap).",
+        ge=0,
+    )
+    max_queued_per_tenant: int = Field(
+        default=200_000,
+        description="Chunks of one tenant not yet applied before ingestion answers 429 (0: no cap).",
+        ge=0,
+    )
 
     # --- workers ---------------------------------------------------------------------------
     worker_max_jobs: int = Field(default=32, description="Concurrent jobs per worker process.")

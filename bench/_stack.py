@@ -177,7 +177,13 @@ def running_stack(
         log_file = data_dir.parent / "memstore.log"
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
-        env |= {"MEMSTORE_LOG_LEVEL": log_level, "MEMSTORE_ADMIN_KEY": ADMIN_KEY, **(env_overrides or {})}
+        # Benchmarks measure throughput: no per-key request rate (a deployment sets its own).
+        env |= {
+            "MEMSTORE_LOG_LEVEL": log_level,
+            "MEMSTORE_ADMIN_KEY": ADMIN_KEY,
+            "MEMSTORE_RATE_LIMIT_PER_S": "0",
+            **(env_overrides or {}),
+        }
         postgres = EmbeddedPostgres(data_dir / "pg")
         with log_file.open("ab") as log:
             # cwd outside the repository, so a developer's .env cannot change what is measured.

@@ -130,7 +130,11 @@ async def redis_url(servers: Servers) -> str:
 @pytest.fixture
 def settings(database_url: str, redis_url: str) -> Settings:
     return Settings(
-        database_url=database_url, redis_url=redis_url, auth_cache_ttl_s=0.0, log_format="console"
+        database_url=database_url,
+        redis_url=redis_url,
+        auth_cache_ttl_s=0.0,
+        log_format="console",
+        rate_limit_per_s=0.0,  # tests that are about limits set their own
     )
 
 

@@ -38,6 +38,9 @@ AUTH_LOOKUPS = Counter(
     ["result"],
 )
 CHUNKS_ACCEPTED = Counter("memstore_chunks_accepted_total", "Chunks durably accepted by the API.")
+RATE_LIMITED = Counter(
+    "memstore_rate_limited_total", "Requests refused with 429: their API key is over its rate."
+)
 INGEST_REJECTED = Counter(
     "memstore_ingest_rejected_total", "Ingestion requests refused before being stored, by reason.", ["reason"]
 )

@@ -29,9 +29,15 @@ from app.embeddings import embedder_from_settings
 from app.lib.errors import EXCEPTION_HANDLERS
 from app.lib.logging import configure_logging
 from app.lib.queue import JobQueue, create_redis
+from app.lib.ratelimit import Limit, RateLimiter
 from app.lib.validation import TYPE_DECODERS, Moment, MomentSchemaPlugin
 from app.server.dependencies import provide_db_session
-from app.server.middleware import RequestInputGuard, request_context_middleware, stamp_response
+from app.server.middleware import (
+    RateLimitGuard,
+    RequestInputGuard,
+    request_context_middleware,
+    stamp_response,
+)
 from app.server.openapi import openapi_config
 from app.writers.registry import WriterRegistry
 
@@ -53,6 +59,7 @@ ROUTE_HANDLERS = [
 def create_app(settings: Settings | None = None, *, configure_logs: bool = True) -> Litestar:
     """Build the API for `settings` (default: from the environment)."""
     settings = settings or get_settings()
+    default_limit = Limit(settings.rate_limit_per_s, settings.rate_limit_burst)
     if configure_logs:
         configure_logging(settings.log_level, settings.log_format, process="api")
 
@@ -64,7 +71,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             msg = "MEMSTORE_REDIS_URL is not set (run `memstore up` for the embedded stack)"
             raise RuntimeError(msg)
         queue = JobQueue(create_redis(settings.redis_url))
-        key_resolver = KeyResolver(sessionmaker, settings.auth_cache_ttl_s)
+        key_resolver = KeyResolver(sessionmaker, settings.auth_cache_ttl_s, default_limit)
         key_events = KeyEvents(settings.redis_url, key_resolver)
         key_events.start()
         application.state.update(
@@ -74,6 +81,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             job_queue=queue,
             key_resolver=key_resolver,
             key_events=key_events,
+            rate_limiter=RateLimiter(queue.redis),
             writers=WriterRegistry(settings),
             searcher=Searcher(settings, embedder_from_settings(settings)),
             reader=reader_from_settings(settings),
@@ -83,6 +91,8 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
                 max_chunks=settings.ingest_max_group,
                 writers=settings.ingest_writers,
                 max_pending=settings.ingest_max_pending,
+                max_queued_per_scope=settings.max_queued_per_scope,
+                max_queued_per_tenant=settings.max_queued_per_tenant,
             ),
         )
         try:
@@ -107,6 +117,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             request_context_middleware,
             RequestInputGuard(settings.max_body_bytes),
             DefineMiddleware(ApiKeyAuthenticationMiddleware, exclude=PUBLIC_PATHS),
+            RateLimitGuard(default_limit),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         type_decoders=TYPE_DECODERS,

@@ -8,6 +8,7 @@ Litestar builds from exceptions raised in other middleware (a 401 from authentic
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import uuid
@@ -30,6 +31,7 @@ from litestar.types import (
 )
 
 from app.lib import metrics
+from app.lib.ratelimit import Limit, RateLimiter
 from app.lib.validation import first_unstorable, json_depth_exceeds, unstorable_reason
 
 log = structlog.get_logger("app.http")
@@ -208,6 +210,37 @@ def _unstorable_in_body(body: bytes) -> tuple[str, str] | None:
     return first_unstorable(decoded) if suspect else None
 
 
+class RateLimitGuard(ASGIMiddleware):
+    """Answer a key over its request rate with 429 and `Retry-After`, before any handler runs (after
+    authentication, which put the key's `Principal` in the scope; public routes have none)."""
+
+    scopes = (ScopeType.HTTP,)
+
+    def __init__(self, default: Limit) -> None:
+        self.default = default
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        principal = scope.get("user")
+        if principal is not None:
+            limiter: RateLimiter = scope["litestar_app"].state.rate_limiter
+            limit = principal.rate_limit or self.default
+            wait_s = await limiter.wait_s(str(principal.key_id), limit)
+            if wait_s > 0:
+                metrics.RATE_LIMITED.inc()
+                retry = max(1, math.ceil(wait_s))
+                await _answer(
+                    send,
+                    429,
+                    "rate_limited",
+                    f"This API key is over its limit of {limit.rate_per_s:g} requests a second "
+                    f"(bursts of {limit.burst}); retry after {retry} s.",
+                    {"rate_per_s": limit.rate_per_s, "burst": limit.burst},
+                    headers=[(b"retry-after", str(retry).encode())],
+                )
+                return
+        await next_app(scope, receive, send)
+
+
 async def _answer(
     send: Send,
     status: int,
@@ -216,9 +249,14 @@ async def _answer(
     details: dict[str, object] | None = None,
     *,
     close: bool = False,
+    headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
     body = msgspec.json.encode({"error": {"code": code, "message": message, "details": details or {}}})
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *(headers or []),
+    ]
     if close:
         headers.append((b"connection", b"close"))
     await send(HTTPResponseStartEvent(type="http.response.start", status=status, headers=headers))

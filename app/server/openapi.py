@@ -86,6 +86,14 @@ ERROR_RESPONSES: dict[int, tuple[str, OpenAPIResponse]] = {
             "`details` names the field."
         ),
     ),
+    429: (
+        "RateLimited",
+        error_response(
+            "The API key is over its request rate (`rate_limited`), or, ingesting, too many chunks of "
+            "the user or the tenant wait to be applied (`queue_full`). Retry after `Retry-After` seconds.",
+            headers={"Retry-After": _RETRY_AFTER},
+        ),
+    ),
     503: (
         "Unavailable",
         error_response(
@@ -219,7 +227,7 @@ def complete_operation(method: str, path: str, operation: Operation) -> Operatio
     protected = not is_public(path)
     statuses: set[int] = set()
     if protected:
-        statuses |= {401, 403, 503}
+        statuses |= {401, 403, 429, 503}
     if any(getattr(p, "param_in", None) == "path" for p in parameters):
         statuses.add(404)
     if parameters or operation.request_body is not None:

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.domain.accounts.repositories import ApiKeyRepository
 from app.domain.accounts.services import Principal
 from app.lib import metrics
+from app.lib.ratelimit import NO_LIMIT, Limit
 from app.lib.security import has_role, hash_api_key
 
 # Routes reachable without a key (health checks, metrics scrapers, the OpenAPI document).
@@ -39,9 +40,15 @@ _T = TypeVar("_T")
 class KeyResolver:
     """Key hash -> Principal (or refusal), with a short per-process cache of both."""
 
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], ttl_s: float) -> None:
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        ttl_s: float,
+        default_limit: Limit = NO_LIMIT,
+    ) -> None:
         self.sessionmaker = sessionmaker
         self.ttl_s = ttl_s
+        self.default_limit = default_limit  # the deployment's per-key request rate
         self._cache: dict[str, tuple[float, Principal]] = {}
         self._refused: dict[str, float] = {}  # key hash -> until when it is refused without a query
         # One lookup per key at a time: when an entry expires under load, the requests that arrive
@@ -73,17 +80,22 @@ class KeyResolver:
         metrics.AUTH_LOOKUPS.labels("queried").inc()
         async with self.sessionmaker() as session:
             repo = ApiKeyRepository(session)
-            key = await repo.get_active_by_hash(key_hash)
-            if key is not None:
-                await repo.touch(key.id, LAST_USED_EVERY_S)
+            found = await repo.get_active_with_tenant_options(key_hash)
+            if found is not None:
+                await repo.touch(found[0].id, LAST_USED_EVERY_S)
                 await session.commit()
         expires = time.monotonic() + self.ttl_s
-        if key is None:
+        if found is None:
             self._cache.pop(key_hash, None)
             _bounded(self._refused)[key_hash] = expires
             return None
+        key, options = found
         principal = Principal(
-            key_id=key.id, tenant_id=key.tenant_id, name=key.name, roles=frozenset(key.roles)
+            key_id=key.id,
+            tenant_id=key.tenant_id,
+            name=key.name,
+            roles=frozenset(key.roles),
+            rate_limit=tenant_rate_limit(options, self.default_limit),
         )
         _bounded(self._cache)[key_hash] = (expires, principal)
         return principal
@@ -102,6 +114,18 @@ class KeyResolver:
         """Drop every cached answer (after a gap in the revocation feed, which may have missed some)."""
         self._cache.clear()
         self._refused.clear()
+
+
+def tenant_rate_limit(options: dict[str, Any], default: Limit) -> Limit | None:
+    """The tenant's own per-key request rate, where it set one (`PATCH /v1/admin/settings`); the
+    deployment's for what it did not set. A tenant may only tighten the deployment's limit."""
+    rate, burst = options.get("rate_limit_per_s"), options.get("rate_limit_burst")
+    if not isinstance(rate, int | float) and not isinstance(burst, int):
+        return None
+    return Limit(
+        rate_per_s=float(rate) if isinstance(rate, int | float) else default.rate_per_s,
+        burst=burst if isinstance(burst, int) else default.burst,
+    )
 
 
 def _bounded(cache: dict[str, _T]) -> dict[str, _T]:

@@ -14,6 +14,7 @@ from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.config import Settings
 from app.db.models import ApiKey
 from app.domain.accounts import services
 from app.domain.accounts.auth import requires_role
@@ -27,6 +28,7 @@ from app.domain.accounts.schemas import (
     TenantSettingsUpdate,
 )
 from app.domain.accounts.services import Principal
+from app.lib.errors import ApiError
 
 
 class ApiKeyController(Controller):
@@ -158,6 +160,22 @@ class TenantSettingsController(Controller):
             changes["destructive_ops"] = data.destructive_ops
         if data.destructive_kinds is not msgspec.UNSET:
             changes["destructive_kinds"] = data.destructive_kinds
+        settings: Settings = request.app.state.settings
+        for field, most in (
+            ("rate_limit_per_s", settings.rate_limit_per_s),
+            ("rate_limit_burst", settings.rate_limit_burst),
+        ):
+            value = getattr(data, field)
+            if value is msgspec.UNSET:
+                continue
+            if value is not None and most > 0 and value > most:
+                raise ApiError(
+                    f"{field} may not exceed the deployment's ({most:g}).",
+                    code="validation_error",
+                    status_code=422,
+                    details={"field": field, "most": most},
+                )
+            changes[field] = value
         tenant = await services.set_tenant_options(
             db_session,
             tenant_id=request.user.tenant_id,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -47,6 +48,17 @@ class ApiKeyRepository:
         return await self.session.scalar(
             select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
         )
+
+    async def get_active_with_tenant_options(self, key_hash: str) -> tuple[ApiKey, dict[str, Any]] | None:
+        """An unrevoked key and its tenant's options (`tenants.settings`)."""
+        row = (
+            await self.session.execute(
+                select(ApiKey, Tenant.settings)
+                .join(Tenant, Tenant.id == ApiKey.tenant_id)
+                .where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
+            )
+        ).first()
+        return None if row is None else (row[0], dict(row[1] or {}))
 
     async def get_by_hash(self, key_hash: str) -> ApiKey | None:
         return await self.session.scalar(select(ApiKey).where(ApiKey.key_hash == key_hash))

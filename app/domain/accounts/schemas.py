@@ -57,6 +57,9 @@ class TenantSettings(msgspec.Struct):
     # What a writer's destructive ops meet, and which ops those are (null: the deployment's).
     destructive_ops: str | None = None
     destructive_kinds: list[str] | None = None
+    # Its own per-key request rate and burst, at most the deployment's (null: the deployment's).
+    rate_limit_per_s: float | None = None
+    rate_limit_burst: int | None = None
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantSettings:
@@ -69,6 +72,8 @@ class TenantSettings(msgspec.Struct):
             shadow_writers=list(shadows) if isinstance(shadows, list) else None,
             destructive_ops=tenant.settings.get("destructive_ops"),
             destructive_kinds=list(kinds) if isinstance(kinds, list) else None,
+            rate_limit_per_s=tenant.settings.get("rate_limit_per_s"),
+            rate_limit_burst=tenant.settings.get("rate_limit_burst"),
         )
 
 
@@ -87,3 +92,7 @@ class TenantSettingsUpdate(msgspec.Struct, forbid_unknown_fields=True):
         | msgspec.UnsetType
         | None
     ) = msgspec.UNSET
+    # Requests a second (and at once) per API key of the tenant, never above the deployment's limit
+    # (`MEMSTORE_RATE_LIMIT_PER_S`, `MEMSTORE_RATE_LIMIT_BURST`): a tenant may tighten, not loosen.
+    rate_limit_per_s: Annotated[float, msgspec.Meta(gt=0)] | msgspec.UnsetType | None = msgspec.UNSET
+    rate_limit_burst: Annotated[int, msgspec.Meta(ge=1)] | msgspec.UnsetType | None = msgspec.UNSET

@@ -13,6 +13,7 @@ from app.db.models import ApiKey, Tenant
 from app.domain.accounts.repositories import ApiKeyRepository, TenantRepository
 from app.domain.audit.services import record_event
 from app.lib.errors import ApiError, ConflictError, NotFoundError
+from app.lib.ratelimit import Limit
 from app.lib.security import ROLES, display_prefix, generate_api_key, hash_api_key
 
 SYSTEM_ACTOR = "system"
@@ -26,6 +27,7 @@ class Principal:
     tenant_id: uuid.UUID
     name: str
     roles: frozenset[str]
+    rate_limit: Limit | None = None  # the tenant's own request rate per key (None: the deployment's)
 
     @property
     def actor(self) -> str:

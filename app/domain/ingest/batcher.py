@@ -12,7 +12,10 @@ data error), each of its requests is written again alone, so only the bad one ge
 request is atomic: if one of its chunks loses an idempotency race to another process after the
 insert, the transaction is rolled back and written again without that request, which answers 409
 with none of its chunks written. A lane holds at most `max_pending` chunks waiting for a transaction;
-past that a request gets 503 with `Retry-After` instead of queueing without bound.
+past that a request gets 503 with `Retry-After` instead of queueing without bound. A scope, and a
+tenant, may have at most `max_queued_per_scope` / `max_queued_per_tenant` chunks waiting to be applied;
+a request past either cap gets 429 `queue_full`, with none of its chunks written. The caps are checked
+in the batch's transaction; API processes writing at once may overshoot them by a batch each.
 """
 
 from __future__ import annotations
@@ -76,11 +79,14 @@ class IngestBatcher:
         max_chunks: int = 500,
         writers: int = 2,
         max_pending: int = 10_000,
+        max_queued_per_scope: int = 0,
+        max_queued_per_tenant: int = 0,
     ) -> None:
         self.sessionmaker = sessionmaker
         self.queue = queue
         self.max_chunks = max_chunks
         self.max_pending = max_pending
+        self.caps = _Caps(max_queued_per_scope, max_queued_per_tenant)
         # One lane per writer, chosen by scope: two transactions in flight never wait for each other on
         # a scope's seq row (which would serialise them and put their commit times in the latency tail).
         self._lanes = [_Lane() for _ in range(max(1, writers))]
@@ -204,9 +210,10 @@ class IngestBatcher:
             plans: list[tuple[_Request, list[Accepted | None]]] = []
             new_rows: list[dict[str, object]] = []
             counts: dict[tuple[uuid.UUID, str], int] = {}
+            caps = await self.caps.counted(chunks, batch)
             for request in batch:
                 plan = self._plan(request, earlier, claimed)
-                if plan is None:
+                if plan is None or not caps.admit(request, plan, claimed):
                     continue
                 plans.append((request, plan))
                 for (chunk, _), accepted in zip(request.chunks, plan, strict=True):
@@ -352,6 +359,78 @@ class _Pending(Accepted):
 
     def __init__(self, chunk_id: uuid.UUID) -> None:
         super().__init__(chunk_id, 0, "queued", "", replayed=True)
+
+
+@dataclass
+class _Caps:
+    """How many chunks a scope and a tenant may have waiting to be applied (0: no cap)."""
+
+    per_scope: int
+    per_tenant: int
+    queued: dict[tuple[uuid.UUID, str], int] = field(default_factory=dict)
+    queued_by_tenant: dict[uuid.UUID, int] = field(default_factory=dict)
+
+    async def counted(self, chunks: ChunkRepository, batch: Sequence[_Request]) -> _Caps:
+        """These caps with what the batch's scopes and tenants have waiting now."""
+        counted = _Caps(self.per_scope, self.per_tenant)
+        if self.per_scope or self.per_tenant:
+            scopes = sorted({(r.principal.tenant_id, c.user_id) for r in batch for c, _ in r.chunks})
+            counted.queued, counted.queued_by_tenant = await chunks.unfinished(
+                scopes, self.per_scope, self.per_tenant
+            )
+        return counted
+
+    def admit(
+        self,
+        request: _Request,
+        plan: Sequence[Accepted | None],
+        claimed: dict[tuple[uuid.UUID, str], tuple[uuid.UUID, str]],
+    ) -> bool:
+        """Whether the request's new chunks fit under both caps; if not it is answered 429, none of its
+        chunks is written (its replays included: a request is atomic) and its keys are given back."""
+        if not (self.per_scope or self.per_tenant):
+            return True
+        tenant_id = request.principal.tenant_id
+        pairs = zip(request.chunks, plan, strict=True)
+        new = collections.Counter(chunk.user_id for (chunk, _), accepted in pairs if accepted is None)
+        over_scope = [
+            user
+            for user, n in new.items()
+            if self.per_scope and self.queued[(tenant_id, user)] + n > self.per_scope
+        ]
+        total = sum(new.values())
+        over_tenant = self.per_tenant and self.queued_by_tenant[tenant_id] + total > self.per_tenant
+        if over_scope or over_tenant:
+            metrics.INGEST_REJECTED.labels("queue_full").inc()
+            _unclaim(request, plan, claimed)
+            where = f"user {over_scope[0]!r}" if over_scope else "this tenant"
+            cap = self.per_scope if over_scope else self.per_tenant
+            _fail_request(
+                request,
+                ApiError(
+                    f"Too many chunks of {where} wait to be applied (at most {cap}); retry later.",
+                    code="queue_full",
+                    status_code=429,
+                    headers={"Retry-After": "5"},
+                    details={"user_id": over_scope[0]} if over_scope else {"scope": "tenant"},
+                ),
+            )
+            return False
+        for user, n in new.items():
+            self.queued[(tenant_id, user)] += n
+        self.queued_by_tenant[tenant_id] += total
+        return True
+
+
+def _unclaim(
+    request: _Request,
+    plan: Sequence[Accepted | None],
+    claimed: dict[tuple[uuid.UUID, str], tuple[uuid.UUID, str]],
+) -> None:
+    """Give back the idempotency keys a refused request claimed in this batch."""
+    for (_, key), accepted in zip(request.chunks, plan, strict=True):
+        if accepted is None and key is not None:
+            claimed.pop((request.principal.tenant_id, key), None)
 
 
 def _fail_request(request: _Request, exc: BaseException) -> None:

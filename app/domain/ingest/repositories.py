@@ -41,6 +41,33 @@ class ScopeRepository:
         return {(r.tenant_id, r.user_id): int(r.last_seq) for r in rows}
 
 
+_UNFINISHED = "c.status IN ('queued', 'processing')"  # the predicate of ix_chunks_scope_pending
+_UNFINISHED_PER_SCOPE = text(
+    f"""
+    SELECT s.tenant_id, s.user_id, q.n
+    FROM unnest(CAST(:tenants AS uuid[]), CAST(:users AS text[])) AS s(tenant_id, user_id)
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM chunks c
+            WHERE c.tenant_id = s.tenant_id AND c.user_id = s.user_id AND {_UNFINISHED}
+            LIMIT :cap
+        ) AS capped
+    ) AS q
+    """  # noqa: S608  (no input in the text: the predicate is a constant)
+)
+_UNFINISHED_PER_TENANT = text(
+    f"""
+    SELECT t.tenant_id, q.n
+    FROM unnest(CAST(:tenants AS uuid[])) AS t(tenant_id)
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM chunks c WHERE c.tenant_id = t.tenant_id AND {_UNFINISHED} LIMIT :cap
+        ) AS capped
+    ) AS q
+    """  # noqa: S608
+)
+
+
 class ChunkRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
@@ -59,6 +86,27 @@ class ChunkRepository:
             select(Chunk).where(tuple_(Chunk.tenant_id, Chunk.idempotency_key).in_(list(pairs)))
         )
         return {(c.tenant_id, c.idempotency_key): c for c in rows if c.idempotency_key is not None}
+
+    async def unfinished(
+        self, scopes: Sequence[tuple[uuid.UUID, str]], scope_cap: int, tenant_cap: int
+    ) -> tuple[dict[tuple[uuid.UUID, str], int], dict[uuid.UUID, int]]:
+        """Chunks not yet applied (queued or processing) per scope and per tenant of `scopes`, each
+        counted only up to its cap (0: not counted) over the small index of unfinished chunks, so a
+        count costs at most the cap's worth of index entries however long the backlog."""
+        per_scope: dict[tuple[uuid.UUID, str], int] = dict.fromkeys(scopes, 0)
+        tenants = sorted({t for t, _ in scopes})
+        per_tenant: dict[uuid.UUID, int] = dict.fromkeys(tenants, 0)
+        if scope_cap > 0 and scopes:
+            rows = await self.session.execute(
+                _UNFINISHED_PER_SCOPE,
+                {"tenants": [t for t, _ in scopes], "users": [u for _, u in scopes], "cap": scope_cap + 1},
+            )
+            per_scope.update({(t, u): int(n) for t, u, n in rows})
+        if tenant_cap > 0 and tenants:
+            params = {"tenants": tenants, "cap": tenant_cap + 1}
+            rows = await self.session.execute(_UNFINISHED_PER_TENANT, params)
+            per_tenant.update({t: int(n) for t, n in rows})
+        return per_scope, per_tenant
 
     async def insert_many(self, rows: Sequence[dict[str, Any]]) -> set[uuid.UUID]:
         """Insert chunks; returns the ids inserted (a row whose idempotency key was taken meanwhile by
