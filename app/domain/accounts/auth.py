@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from litestar.connection import ASGIConnection
@@ -161,25 +162,27 @@ def _principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal | No
     return principal
 
 
-def requires_role(role: str) -> Guard:
-    """A guard that lets through keys holding `role` (or `admin`)."""
+@dataclass(frozen=True)
+class RoleGuard:
+    """Lets through keys holding any of `roles` (or `admin`); the roles are readable, so the route-by-
+    credential tests derive what each route needs from the routes themselves."""
+
+    roles: tuple[str, ...]
 
     # Async on purpose: Litestar runs synchronous guards in a worker thread.
-    async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    async def __call__(self, connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         principal = _principal(connection)
-        if principal is not None and not has_role(principal.roles, role):
-            raise PermissionDeniedException(f"This API key lacks the '{role}' role.")
+        if principal is not None and not any(has_role(principal.roles, r) for r in self.roles):
+            if len(self.roles) == 1:
+                raise PermissionDeniedException(f"This API key lacks the '{self.roles[0]}' role.")
+            raise PermissionDeniedException(f"This API key needs one of the roles: {', '.join(self.roles)}.")
 
-    guard.__name__ = f"requires_{role}"
-    return guard
+
+def requires_role(role: str) -> Guard:
+    """A guard that lets through keys holding `role` (or `admin`)."""
+    return RoleGuard((role,))
 
 
 def requires_any_role(*roles: str) -> Guard:
     """A guard that lets through keys holding any of `roles` (or `admin`)."""
-
-    async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-        principal = _principal(connection)
-        if principal is not None and not any(has_role(principal.roles, r) for r in roles):
-            raise PermissionDeniedException(f"This API key needs one of the roles: {', '.join(roles)}.")
-
-    return guard
+    return RoleGuard(roles)
