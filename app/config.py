@@ -74,6 +74,11 @@ class Settings(BaseSettings):
         description="Chunks waiting for a transaction per ingest writer and API process; more: 503.",
         ge=1,
     )
+    max_bulk_revert_changesets: int = Field(
+        default=10_000,
+        description="Most changesets one bulk revert (POST /v1/admin/revert) takes; more: 422 (0: no bound).",
+        ge=0,
+    )
     rate_limit_per_s: float = Field(
         default=200.0,
         description="Requests a second per API key, across all API processes (0: no limit); more: 429.",

@@ -57,7 +57,7 @@ class KeyEvents:
             async with asyncio.timeout(self.publish_timeout_s):
                 await self._redis.publish(CHANNEL, json.dumps(event))
         except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("keys.publish_failed", event=event, error=type(exc).__name__)
+            log.warning("keys.publish_failed", change=event, error=type(exc).__name__)
 
     def _apply(self, data: bytes | str) -> None:
         try:

@@ -182,6 +182,7 @@ class AdminHistoryController(Controller):
             embedder=request.app.state.searcher.embedder,
             force=data.force,
             dry_run=data.dry_run,
+            max_changesets=request.app.state.settings.max_bulk_revert_changesets,
         )
         return DiffOut.of(result)
 

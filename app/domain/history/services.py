@@ -322,9 +322,12 @@ async def bulk_revert(
     embedder: Embedder,
     force: bool = False,
     dry_run: bool = False,
+    max_changesets: int = 0,
 ) -> UndoResult:
     """Revert every applied writer changeset matching, newest first ("undo what model X wrote since
-    Tuesday"). Each user's bank gets one revert changeset."""
+    Tuesday"). Each user's bank gets one revert changeset. More than `max_changesets` (0: no bound)
+    matching is refused with 422 and the count, so that one request cannot hold locks on a whole
+    tenant's history: narrow it by user, or revert window by window."""
 
     async def attempt(embedded: Embedded) -> UndoResult:
         matching = await HistoryRepository(session).changesets(
@@ -338,6 +341,14 @@ async def bulk_revert(
             until=until,
             lock=True,
         )
+        if max_changesets and len(matching) > max_changesets:
+            raise ApiError(
+                f"{len(matching)} changesets match, more than one revert takes ({max_changesets}); "
+                "narrow it by user_id or until.",
+                code="too_many_changesets",
+                status_code=422,
+                details={"matching": len(matching), "most": max_changesets},
+            )
         result = await _revert_changesets(
             session, tenant_id, matching, who=who, embedded=embedded, force=force, dry_run=dry_run
         )

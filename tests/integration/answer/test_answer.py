@@ -250,7 +250,18 @@ def test_the_openapi_document_lists_every_status_the_route_answers() -> None:
     )
     document = create_app(nowhere, configure_logs=False).openapi_schema.to_schema()
     operation = document["paths"]["/v1/answer"]["post"]
-    assert set(operation["responses"]) == {"200", "400", "401", "403", "409", "413", "422", "501", "503"}
+    assert set(operation["responses"]) == {
+        "200",
+        "400",
+        "401",
+        "403",
+        "409",
+        "413",
+        "422",
+        "501",
+        "429",
+        "503",
+    }
     assert operation["security"] == [{"bearer": []}]
     assert operation["responses"]["503"]["headers"]["Retry-After"]["required"] is True
     assert "reader_not_configured" in operation["responses"]["501"]["description"]

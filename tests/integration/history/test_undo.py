@@ -11,7 +11,9 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.config import Settings
 from app.db.models import AuditEvent, Changeset, MemoryVersion
+from app.server.asgi import create_app
 from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys
 from tests.support.history import db_now, memory, write
@@ -299,3 +301,27 @@ async def test_undo_needs_the_admin_role_and_stays_in_the_tenant(
     ).status_code == 404
     assert (await client.get("/v1/admin/audit", headers=writer_key)).status_code == 403
     assert await _bank(client, tenant) == {"The user lives in Lyon.": ("active", 1)}
+
+
+async def test_a_bulk_revert_over_its_bound_is_refused_with_the_count_and_changes_nothing(
+    settings: Settings, tenant: TenantKeys, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    since = await db_now(sessionmaker)
+    for user, fact in (("a", "A likes tea."), ("a", "A likes jazz."), ("b", "B likes rain.")):
+        await write(sessionmaker, tenant.tenant_id, user, [Op(OpKind.ADD, fact)], model="bad")
+    bounded = settings.model_copy(update={"max_bulk_revert_changesets": 2})
+    async with AsyncTestClient(create_app(bounded, configure_logs=False)) as client:
+        before = {user: await _bank(client, tenant, user) for user in "ab"}
+        body = {"model": "bad", "since": since.isoformat()}
+        refused = await _post(client, tenant, "/v1/admin/revert", body, status=422)
+        assert refused["error"]["code"] == "too_many_changesets"
+        assert refused["error"]["details"] == {"matching": 3, "most": 2}
+        assert {user: await _bank(client, tenant, user) for user in "ab"} == before
+        # Narrowed to one user, it is within the bound and goes through.
+        done = await _post(client, tenant, "/v1/admin/revert", body | {"user_id": "a"})
+        assert len(done["reverted"]) == 2
+        assert await _bank(client, tenant, "a") == {
+            "A likes tea.": ("deleted", 2),
+            "A likes jazz.": ("deleted", 2),
+        }
+        assert await _bank(client, tenant, "b") == before["b"]
