@@ -120,3 +120,15 @@ async def test_audit_rows_survive_a_failed_tamper(
         after = (await session.execute(text("SELECT id, hash FROM audit_events ORDER BY id"))).all()
     assert before == after
     assert len(before) >= 1
+
+
+@pytest.mark.parametrize("table", ["memory_versions", "audit_events", "changesets", "reviews"])
+async def test_no_history_table_can_be_truncated(
+    sessionmaker: async_sessionmaker[AsyncSession], seeded: tuple[uuid.UUID, uuid.UUID], table: str
+) -> None:
+    async with sessionmaker() as session:
+        before = await session.scalar(text(f"SELECT count(*) FROM {table}"))
+        with pytest.raises(DBAPIError, match=r"append-only|decided once|purge"):
+            await session.execute(text(f"TRUNCATE {table} CASCADE"))
+        await session.rollback()
+        assert await session.scalar(text(f"SELECT count(*) FROM {table}")) == before
