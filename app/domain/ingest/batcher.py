@@ -362,22 +362,48 @@ class _Pending(Accepted):
 
 
 @dataclass
+class _TenantCounts:
+    """A tenant's unfinished chunks, counted at most once a second per API process: the count costs
+    up to the tenant cap's worth of index entries, too much for every batch under a backlog. Chunks
+    admitted since are added and those applied since are not taken off, so for that second the count
+    errs high: the cap only gets stricter."""
+
+    fresh_for_s: float = 1.0
+    counts: dict[uuid.UUID, tuple[float, int]] = field(default_factory=dict)
+
+    def fresh(self, tenant_id: uuid.UUID) -> int | None:
+        seen = self.counts.get(tenant_id)
+        return seen[1] if seen is not None and time.monotonic() - seen[0] < self.fresh_for_s else None
+
+    def seen(self, tenant_id: uuid.UUID, count: int) -> None:
+        self.counts[tenant_id] = (time.monotonic(), count)
+
+    def add(self, tenant_id: uuid.UUID, admitted: int) -> None:
+        if (seen := self.counts.get(tenant_id)) is not None:
+            self.counts[tenant_id] = (seen[0], seen[1] + admitted)
+
+
+@dataclass
 class _Caps:
     """How many chunks a scope and a tenant may have waiting to be applied (0: no cap)."""
 
     per_scope: int
     per_tenant: int
+    tenants: _TenantCounts = field(default_factory=_TenantCounts)  # shared by the batches
     queued: dict[tuple[uuid.UUID, str], int] = field(default_factory=dict)
     queued_by_tenant: dict[uuid.UUID, int] = field(default_factory=dict)
 
     async def counted(self, chunks: ChunkRepository, batch: Sequence[_Request]) -> _Caps:
         """These caps with what the batch's scopes and tenants have waiting now."""
-        counted = _Caps(self.per_scope, self.per_tenant)
+        counted = _Caps(self.per_scope, self.per_tenant, self.tenants)
         if self.per_scope or self.per_tenant:
             scopes = sorted({(r.principal.tenant_id, c.user_id) for r in batch for c, _ in r.chunks})
-            counted.queued, counted.queued_by_tenant = await chunks.unfinished(
-                scopes, self.per_scope, self.per_tenant
-            )
+            tenants = {t for t, _ in scopes}
+            stale = sorted(t for t in tenants if self.per_tenant and self.tenants.fresh(t) is None)
+            counted.queued, read = await chunks.unfinished(scopes, self.per_scope, stale, self.per_tenant)
+            for tenant_id, count in read.items():
+                self.tenants.seen(tenant_id, count)
+            counted.queued_by_tenant = {t: self.tenants.fresh(t) or 0 for t in tenants}
         return counted
 
     def admit(
@@ -419,6 +445,7 @@ class _Caps:
         for user, n in new.items():
             self.queued[(tenant_id, user)] += n
         self.queued_by_tenant[tenant_id] += total
+        self.tenants.add(tenant_id, total)
         return True
 
 

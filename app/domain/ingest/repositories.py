@@ -88,13 +88,16 @@ class ChunkRepository:
         return {(c.tenant_id, c.idempotency_key): c for c in rows if c.idempotency_key is not None}
 
     async def unfinished(
-        self, scopes: Sequence[tuple[uuid.UUID, str]], scope_cap: int, tenant_cap: int
+        self,
+        scopes: Sequence[tuple[uuid.UUID, str]],
+        scope_cap: int,
+        tenants: Sequence[uuid.UUID],
+        tenant_cap: int,
     ) -> tuple[dict[tuple[uuid.UUID, str], int], dict[uuid.UUID, int]]:
-        """Chunks not yet applied (queued or processing) per scope and per tenant of `scopes`, each
-        counted only up to its cap (0: not counted) over the small index of unfinished chunks, so a
-        count costs at most the cap's worth of index entries however long the backlog."""
+        """Chunks not yet applied (queued or processing) per scope of `scopes` and per tenant of
+        `tenants`, each counted only up to its cap (0: not counted) over the small index of unfinished
+        chunks, so a count costs at most the cap's worth of index entries however long the backlog."""
         per_scope: dict[tuple[uuid.UUID, str], int] = dict.fromkeys(scopes, 0)
-        tenants = sorted({t for t, _ in scopes})
         per_tenant: dict[uuid.UUID, int] = dict.fromkeys(tenants, 0)
         if scope_cap > 0 and scopes:
             rows = await self.session.execute(
@@ -103,7 +106,7 @@ class ChunkRepository:
             )
             per_scope.update({(t, u): int(n) for t, u, n in rows})
         if tenant_cap > 0 and tenants:
-            params = {"tenants": tenants, "cap": tenant_cap + 1}
+            params = {"tenants": list(tenants), "cap": tenant_cap + 1}
             rows = await self.session.execute(_UNFINISHED_PER_TENANT, params)
             per_tenant.update({t: int(n) for t, n in rows})
         return per_scope, per_tenant

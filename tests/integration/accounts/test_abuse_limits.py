@@ -136,3 +136,19 @@ async def test_limits_off_in_redis_outage_let_requests_through(
     async with AsyncTestClient(create_app(nowhere, configure_logs=False)) as client:
         answers = [await client.get("/v1/admin/keys", headers=tenant.admin) for _ in range(5)]
     assert [a.status_code for a in answers] == [200] * 5
+
+
+async def test_a_tenant_over_its_queue_cap_is_refused_whichever_user_it_writes_for(
+    settings: Settings, tenant: TenantKeys, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    capped = settings.model_copy(update={"max_queued_per_tenant": 5})
+    other = await make_tenant(sessionmaker)
+    async with AsyncTestClient(create_app(capped, configure_logs=False)) as client:
+        answers = [await _post(client, tenant.admin, f"user-{n % 3}", f"fact {n}") for n in range(7)]
+        assert [a.status_code for a in answers] == [202] * 5 + [429] * 2
+        refused = answers[-1].json()["error"]
+        assert (refused["code"], refused["details"]) == ("queue_full", {"scope": "tenant"})
+        # Another tenant's queue is its own.
+        assert (await _post(client, other.admin, "user-0", "fact 0")).status_code == 202
+    async with sessionmaker() as session:
+        assert await session.scalar(select(func.count()).where(Chunk.tenant_id == tenant.tenant_id)) == 5
