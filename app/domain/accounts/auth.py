@@ -13,6 +13,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from litestar.connection import ASGIConnection
@@ -82,7 +83,7 @@ class KeyResolver:
         async with self.sessionmaker() as session:
             repo = ApiKeyRepository(session)
             found = await repo.get_active_with_tenant_options(key_hash)
-            if found is not None:
+            if found is not None and _stale(found[0].last_used_at):
                 await repo.touch(found[0].id, LAST_USED_EVERY_S)
                 await session.commit()
         expires = time.monotonic() + self.ttl_s
@@ -115,6 +116,11 @@ class KeyResolver:
         """Drop every cached answer (after a gap in the revocation feed, which may have missed some)."""
         self._cache.clear()
         self._refused.clear()
+
+
+def _stale(last_used_at: datetime | None) -> bool:
+    """Whether `last_used_at` is due again (the UPDATE re-checks, for processes racing to stamp it)."""
+    return last_used_at is None or datetime.now(UTC) - last_used_at > timedelta(seconds=LAST_USED_EVERY_S)
 
 
 def tenant_rate_limit(options: dict[str, Any], default: Limit) -> Limit | None:
