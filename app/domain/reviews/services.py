@@ -70,7 +70,8 @@ async def approve(
         # Embedded outside any transaction: the read above locked the row; let it go while the model
         # answers, and take it again after.
         await session.rollback()
-        vectors = dict(zip([text], await embedder.embed([text]), strict=True))
+        [vector] = await embedder.embed([text])
+        vectors = {text: vector}
         review = await _pending(session, tenant_id, review_id)
     reason = f"approved review {review.id}" + (f": {who.reason}" if who.reason else "")
     outcome = await apply_ops(
