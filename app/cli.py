@@ -47,6 +47,14 @@ def _require_urls(settings: Settings) -> tuple[str, str]:
     return settings.database_url, settings.redis_url
 
 
+def _service_url(settings: Settings, embedded: str) -> str:
+    """What the API and workers connect with: the service role's URL when both roles are configured,
+    else the stack's (the embedded service role, or the one configured URL)."""
+    if settings.admin_database_url and settings.database_url:
+        return settings.database_url
+    return embedded
+
+
 async def _bootstrap(database_url: str, admin_key: str | None) -> str | None:
     from app.db.engine import create_engine, create_sessionmaker
     from app.domain.accounts.services import bootstrap_default_tenant
@@ -78,21 +86,23 @@ def up(
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format, process="supervisor")
     started = time.monotonic()
-    stack = EmbeddedStack(data_dir or settings.data_dir, settings.database_url, settings.redis_url)
+    stack = EmbeddedStack(data_dir or settings.data_dir, settings.owner_database_url, settings.redis_url)
     with _embedded_refusal():
-        database_url, redis_url = stack.start()
+        owner_url, redis_url = stack.start()
     code = 1
     try:
-        upgrade(database_url)
-        generated = asyncio.run(_bootstrap(database_url, settings.admin_key))
+        upgrade(owner_url)
+        generated = asyncio.run(_bootstrap(owner_url, settings.admin_key))
         if generated:
             typer.echo(
                 "\n  Admin API key of tenant 'default' (shown once, store it now):\n\n"
                 f"    {generated}\n\n  Set MEMSTORE_ADMIN_KEY to choose your own.\n",
                 err=True,
             )
+        # The API and the workers connect as the service role, subject to row-level security.
         env = child_env(
-            MEMSTORE_DATABASE_URL=database_url,
+            MEMSTORE_DATABASE_URL=_service_url(settings, stack.service_url),
+            MEMSTORE_ADMIN_DATABASE_URL=owner_url,
             MEMSTORE_REDIS_URL=redis_url,
             PROMETHEUS_MULTIPROC_DIR=_metrics_dir(stack.data_dir / "metrics"),
         )
@@ -241,7 +251,9 @@ def migrate(
     configure_logging(settings.log_level, settings.log_format, process="cli")
     with (
         _embedded_refusal(),
-        database_only(data_dir or settings.data_dir, settings.database_url, initialise=True) as database_url,
+        database_only(
+            data_dir or settings.data_dir, settings.owner_database_url, initialise=True
+        ) as database_url,
     ):
         upgrade(database_url, revision)
 
@@ -251,8 +263,9 @@ def exec_(
     ctx: typer.Context,
     data_dir: Annotated[Path | None, typer.Option(help="Embedded data directory.")] = None,
 ) -> None:
-    """Run a command with MEMSTORE_DATABASE_URL / MEMSTORE_REDIS_URL pointing at the (embedded) stack:
-    the one `memstore up` runs on the data directory, else one started for the command.
+    """Run a command with MEMSTORE_DATABASE_URL / MEMSTORE_ADMIN_DATABASE_URL / MEMSTORE_REDIS_URL pointing
+    at the (embedded) stack: the one `memstore up` runs on the data directory, else one started for the
+    command.
 
     Example: `memstore exec -- alembic check`.
     """
@@ -266,11 +279,15 @@ def exec_(
     if not ctx.args:
         typer.echo("usage: memstore exec -- COMMAND [ARGS...]", err=True)
         raise typer.Exit(2)
-    stack = EmbeddedStack(data_dir or settings.data_dir, settings.database_url, settings.redis_url)
+    stack = EmbeddedStack(data_dir or settings.data_dir, settings.owner_database_url, settings.redis_url)
     with _embedded_refusal():
-        database_url, redis_url = stack.start()
+        owner_url, redis_url = stack.start()
     try:
-        env = child_env(MEMSTORE_DATABASE_URL=database_url, MEMSTORE_REDIS_URL=redis_url)
+        env = child_env(
+            MEMSTORE_DATABASE_URL=_service_url(settings, stack.service_url),
+            MEMSTORE_ADMIN_DATABASE_URL=owner_url,
+            MEMSTORE_REDIS_URL=redis_url,
+        )
         code = subprocess.run(ctx.args, env=env, check=False).returncode
     finally:
         stack.stop()
@@ -308,7 +325,7 @@ def tenants_create(
     try:
         with (
             _embedded_refusal(),
-            database_only(data_dir or settings.data_dir, settings.database_url) as database_url,
+            database_only(data_dir or settings.data_dir, settings.owner_database_url) as database_url,
         ):
             secret = asyncio.run(run(database_url))
     except ApiError as exc:

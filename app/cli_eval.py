@@ -311,7 +311,7 @@ def _evaluate(
             await engine.dispose()
 
     try:
-        with database_only(data_dir or settings.data_dir, settings.database_url) as database_url:
+        with database_only(data_dir or settings.data_dir, settings.owner_database_url) as database_url:
             outcome = asyncio.run(run(database_url))
     except (EvaluationError, EmbeddedError) as exc:
         typer.echo(f"memstore eval: {exc}", err=True)

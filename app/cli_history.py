@@ -76,7 +76,7 @@ def _run(
             await engine.dispose()
 
     try:
-        with database_only(settings.data_dir, settings.database_url) as database_url:
+        with database_only(settings.data_dir, settings.owner_database_url) as database_url:
             return asyncio.run(run(database_url))
     except EmbeddedError as exc:
         typer.echo(f"memstore: {exc}", err=True)

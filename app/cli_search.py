@@ -64,7 +64,7 @@ def reembed(
             await embedder.aclose()
             await engine.dispose()
 
-    with database_only(data_dir or settings.data_dir, settings.database_url) as database_url:
+    with database_only(data_dir or settings.data_dir, settings.owner_database_url) as database_url:
         try:
             asyncio.run(run(database_url))
         except ReembedError as exc:

@@ -59,7 +59,7 @@ def _on_database(tenant: str, work: Any) -> Any:
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format, process="cli")
     try:
-        with database_only(settings.data_dir, settings.database_url) as database_url:
+        with database_only(settings.data_dir, settings.owner_database_url) as database_url:
             return asyncio.run(_with_tenant(database_url, tenant, work))
     except EmbeddedError as exc:
         typer.echo(f"memstore: {exc}", err=True)

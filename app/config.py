@@ -34,8 +34,13 @@ class Settings(BaseSettings):
     # --- where the state lives -------------------------------------------------------------
     database_url: str | None = Field(
         default=None,
-        description="URL of Postgres with pgvector (postgresql://, postgres:// or postgresql+asyncpg://); "
-        "unset = embedded.",
+        description="URL of Postgres with pgvector (postgresql://, postgres:// or postgresql+asyncpg://) "
+        "the API and workers connect with, as the service role; unset = embedded.",
+    )
+    admin_database_url: str | None = Field(
+        default=None,
+        description="URL as the tables' owner, for migrations and operator commands (tenants, history, "
+        "eval, reembed); unset = MEMSTORE_DATABASE_URL.",
     )
     redis_url: str | None = Field(
         default=None, description="Redis URL (redis://host:port/db or unix:///path); unset = embedded."
@@ -254,7 +259,7 @@ class Settings(BaseSettings):
         default="auto", description="console (readable), json (production) or auto (json unless a TTY)."
     )
 
-    @field_validator("database_url")
+    @field_validator("database_url", "admin_database_url")
     @classmethod
     def _postgres_url(cls, url: str | None) -> str | None:
         """Refuse at start-up a URL no engine could use (another database or driver, unknown options)."""
@@ -281,6 +286,15 @@ class Settings(BaseSettings):
         """Whatever they look like, this process's own keys are redacted from its log lines."""
         register_secrets((self.admin_key, self.writer_api_key, self.embedder_api_key, self.reader_api_key))
         return self
+
+    @property
+    def owner_database_url(self) -> str | None:
+        """Where migrations and operator commands connect: as the tables' owner if configured apart."""
+        return self.admin_database_url or self.database_url
+
+    def as_owner(self) -> Settings:
+        """These settings, connecting as the tables' owner (operator commands, which span tenants)."""
+        return self.model_copy(update={"database_url": self.owner_database_url})
 
     @property
     def embedded_database(self) -> bool:

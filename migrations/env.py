@@ -22,7 +22,8 @@ target_metadata = metadata
 
 
 def _url() -> str:
-    url = config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    # Migrations run as the tables' owner (MEMSTORE_ADMIN_DATABASE_URL), never as the service role.
+    url = config.get_main_option("sqlalchemy.url") or get_settings().owner_database_url
     if not url:
         msg = "set MEMSTORE_DATABASE_URL (or run `memstore migrate`, which starts the embedded stack)"
         raise RuntimeError(msg)

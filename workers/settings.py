@@ -10,7 +10,7 @@ import structlog
 from arq import cron, func
 
 from app.config import Settings, get_settings
-from app.db.engine import create_engine
+from app.db.engine import create_engine, warn_if_bypassing_row_security
 from app.domain.ingest.services import PROCESS_SCOPE_JOB
 from app.domain.pipeline.services import PipelineDeps
 from app.embeddings import embedder_from_settings
@@ -38,6 +38,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     ctx["engine"] = create_engine(
         settings, application_name="memstore-worker", pre_ping=False, overflow=False
     )
+    await warn_if_bypassing_row_security(ctx["engine"])
     ctx["worker_name"] = worker_name()
     ctx["pipeline"] = PipelineDeps(
         engine=ctx["engine"],

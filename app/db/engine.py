@@ -9,16 +9,22 @@ engine and Alembic go through it, so a URL that works for one works for all.
 
 from __future__ import annotations
 
+import asyncio
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import structlog
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from app.db import tenancy
 
 if TYPE_CHECKING:
     from app.config import Settings
+
+log = structlog.get_logger(__name__)
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg")
 # libpq options that asyncpg reads only from a DSN (it builds the TLS context from them itself).
@@ -164,7 +170,7 @@ def create_engine(
         msg = "MEMSTORE_DATABASE_URL is not set (run `memstore up` for the embedded stack)"
         raise RuntimeError(msg)
     target = postgres_target(settings.database_url)
-    return create_async_engine(
+    engine = create_async_engine(
         target.url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow if overflow else 0,
@@ -173,6 +179,26 @@ def create_engine(
         hide_parameters=True,
         connect_args=target.connect_args(application_name, settings.db_connect_timeout_s),
     )
+    # Each checkout carries the tenants of the work in progress to Postgres's row-level security.
+    tenancy.install(engine)
+    return engine
+
+
+async def warn_if_bypassing_row_security(engine: AsyncEngine) -> None:
+    """Log a warning when the service connects as the tables' owner: row-level security, the wall that
+    holds when a query forgets its tenant, does not apply to it (see docs/security.md). Silent when the
+    database cannot be asked yet; readiness reports that."""
+    try:
+        async with asyncio.timeout(5):
+            bypassing = await tenancy.bypasses_row_security(engine)
+    except (SQLAlchemyError, OSError, TimeoutError):
+        return
+    if bypassing:
+        log.warning(
+            "db.row_security_bypassed",
+            detail="MEMSTORE_DATABASE_URL connects as the tables' owner; connect as the service role "
+            "(memstore_service) and give the owner's URL as MEMSTORE_ADMIN_DATABASE_URL",
+        )
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

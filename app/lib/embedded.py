@@ -33,6 +33,8 @@ from pathlib import Path
 import psutil
 import structlog
 
+from app.db.tenancy import SERVICE_ROLE
+
 log = structlog.get_logger(__name__)
 
 # sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
@@ -254,9 +256,10 @@ class EmbeddedPostgres(_EmbeddedServer):
         """True once initdb has run in the data directory."""
         return (self.data_dir / "PG_VERSION").exists()
 
-    def url(self, database: str | None = None) -> str:
-        """SQLAlchemy URL of a database on this server (default: the service's database)."""
-        return f"postgresql+asyncpg://postgres@/{database or self.database}?host={self.socket_dir}"
+    def url(self, database: str | None = None, user: str = "postgres") -> str:
+        """SQLAlchemy URL of a database on this server (default: the service's database, as the superuser
+        that owns its tables; `SERVICE_ROLE` for the service's own connections)."""
+        return f"postgresql+asyncpg://{user}@/{database or self.database}?host={self.socket_dir}"
 
     def dsn(self, database: str | None = None) -> str:
         """libpq URL (psql, pg_dump) of a database on this server."""
@@ -453,7 +456,8 @@ class EmbeddedStack:
 
     def start(self) -> tuple[str, str]:
         """Start whatever is embedded (or share what another process runs on this data directory);
-        return the database and Redis URLs to hand to the service."""
+        return the database URL as the tables' owner (migrations, operator commands) and the Redis URL.
+        The service's own database URL is `service_url`."""
         try:
             if self.database_url is None:
                 self.postgres = EmbeddedPostgres(self.data_dir / "pg")
@@ -467,6 +471,15 @@ class EmbeddedStack:
             self.stop()
             raise
         return self.database_url, self.redis_url
+
+    @property
+    def service_url(self) -> str:
+        """The URL the API and workers connect with (after `start`): as the service role on the embedded
+        Postgres (made by migration 0008, which must have run), else the configured URL as it is."""
+        if self.postgres is not None:
+            return self.postgres.url(user=SERVICE_ROLE)
+        assert self.database_url is not None, "start() first"
+        return self.database_url
 
     def revive(self) -> None:
         """Start again whichever embedded server stopped (see `_EmbeddedServer.revive`)."""

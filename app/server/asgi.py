@@ -10,7 +10,7 @@ from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
 
 from app.config import Settings, get_settings
-from app.db.engine import create_engine, create_sessionmaker
+from app.db.engine import create_engine, create_sessionmaker, warn_if_bypassing_row_security
 from app.domain.accounts.auth import PUBLIC_PATHS, ApiKeyAuthenticationMiddleware, KeyResolver
 from app.domain.accounts.controllers import ApiKeyController, TenantSettingsController
 from app.domain.accounts.key_events import KeyEvents
@@ -66,6 +66,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     @asynccontextmanager
     async def lifespan(application: Litestar) -> AsyncGenerator[None, None]:
         engine = create_engine(settings, application_name="memstore-api")
+        await warn_if_bypassing_row_security(engine)
         sessionmaker = create_sessionmaker(engine)
         if settings.redis_url is None:
             msg = "MEMSTORE_REDIS_URL is not set (run `memstore up` for the embedded stack)"

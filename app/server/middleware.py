@@ -30,6 +30,7 @@ from litestar.types import (
     Send,
 )
 
+from app.db.tenancy import tenant_scope
 from app.lib import metrics
 from app.lib.ratelimit import Limit, RateLimiter
 from app.lib.validation import first_unstorable, json_depth_exceeds, unstorable_reason
@@ -40,7 +41,8 @@ _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
 
 
 def request_context_middleware(app: ASGIApp) -> ASGIApp:
-    """Bind `request_id` (the caller's `X-Request-ID` if sane, else a new one) for the whole request."""
+    """Bind `request_id` (the caller's `X-Request-ID` if sane, else a new one) for the whole request, and
+    start it with no tenant."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != ScopeType.HTTP:
@@ -51,7 +53,9 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         state["request_started"] = time.perf_counter()
-        with structlog.contextvars.bound_contextvars(request_id=request_id):
+        # No tenant until the key is resolved (`ApiKeyAuthenticationMiddleware`): a public route, or a
+        # request refused, reads no tenant's rows, whatever ran before in this task.
+        with structlog.contextvars.bound_contextvars(request_id=request_id), tenant_scope(()):
             await app(scope, receive, send)
 
     return middleware

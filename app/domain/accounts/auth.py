@@ -23,6 +23,7 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 from litestar.types import Guard
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db.tenancy import enter_tenant, tenant_scope
 from app.domain.accounts.repositories import ApiKeyRepository
 from app.domain.accounts.services import Principal
 from app.lib import metrics
@@ -80,12 +81,19 @@ class KeyResolver:
 
     async def _lookup(self, key_hash: str) -> Principal | None:
         metrics.AUTH_LOOKUPS.labels("queried").inc()
+        found = None
+        # The key's tenant first (the one read across tenants, by a hash no one can guess); then the
+        # key itself, as that tenant, like every other read of its rows.
         async with self.sessionmaker() as session:
-            repo = ApiKeyRepository(session)
-            found = await repo.get_active_with_tenant_options(key_hash)
-            if found is not None and _stale(found[0].last_used_at):
-                await repo.touch(found[0].id, LAST_USED_EVERY_S)
-                await session.commit()
+            tenant_id = await ApiKeyRepository(session).tenant_of(key_hash)
+        if tenant_id is not None:
+            with tenant_scope([tenant_id]):
+                async with self.sessionmaker() as session:
+                    repo = ApiKeyRepository(session)
+                    found = await repo.get_active_with_tenant_options(key_hash)
+                    if found is not None and _stale(found[0].last_used_at):
+                        await repo.touch(found[0].id, LAST_USED_EVERY_S)
+                        await session.commit()
         expires = time.monotonic() + self.ttl_s
         if found is None:
             self._cache.pop(key_hash, None)
@@ -156,6 +164,8 @@ class ApiKeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
         principal = await resolver.resolve(secret.strip())
         if principal is None:
             raise NotAuthorizedException("Unknown or revoked API key.")
+        # The rest of the request reads and writes as this tenant (`app.db.tenancy`).
+        enter_tenant(principal.tenant_id)
         return AuthenticationResult(user=principal, auth=principal)
 
 

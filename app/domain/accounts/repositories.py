@@ -44,6 +44,12 @@ class ApiKeyRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
+    async def tenant_of(self, key_hash: str) -> uuid.UUID | None:
+        """The tenant of the key with this hash, revoked or not: read across tenants, before the tenant
+        is known, through a function of the tables' owner (migration 0008)."""
+        found = await self.session.scalar(select(func.memstore_key_tenant(key_hash)))
+        return None if found is None else uuid.UUID(str(found))
+
     async def get_active_by_hash(self, key_hash: str) -> ApiKey | None:
         return await self.session.scalar(
             select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))

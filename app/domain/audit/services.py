@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.db.tenancy import tenant_scope
 from app.domain.audit.chain import GENESIS_HASH, event_hash
 from app.domain.audit.repositories import AuditRepository
 
@@ -100,8 +101,9 @@ async def seal_pending(engine: AsyncEngine) -> int:
         tenants = await AuditRepository(session).tenants_with_unsealed()
     total = 0
     for tenant_id in tenants:
-        async with AsyncSession(engine, expire_on_commit=False) as session, session.begin():
-            total += await seal_chain(session, tenant_id)
+        with tenant_scope([tenant_id]):
+            async with AsyncSession(engine, expire_on_commit=False) as session, session.begin():
+                total += await seal_chain(session, tenant_id)
     return total
 
 

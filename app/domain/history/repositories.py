@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, func, select, text, true, tuple_, update
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy import Table, bindparam, func, select, text, true, tuple_, update
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import Integer, String
 
@@ -120,7 +120,7 @@ _LATER_TOUCHES = text(
 )
 
 
-# What a purge deletes, in this order.
+# What a purge deletes (`memstore_purge_user`, in this order), and counts in a dry run.
 _PURGED: tuple[tuple[str, Any], ...] = (
     ("reviews", Review),
     ("versions", MemoryVersion),
@@ -415,32 +415,19 @@ class HistoryRepository:
         return counts
 
     async def purge_user(self, tenant_id: uuid.UUID, user_id: str) -> dict[str, int]:
-        """Delete every row holding the user's content. History tables refuse DELETE unless the
-        transaction-local `memstore.purge` flag is on; it is set here and nowhere else, and ends
-        with this transaction.
+        """Delete every row holding the user's content, through `memstore_purge_user` (migration 0008):
+        history tables refuse DELETE unless the purge switch is on, and honour it only for the tables'
+        owner, whose function this is; it erases only a tenant the connection is set to.
 
-        The scope row is locked first. Ingestion takes a chunk's `seq` by updating that row and holds
+        It locks the scope row first. Ingestion takes a chunk's `seq` by updating that row and holds
         it until the chunk commits: a purge that deleted the chunks before such a chunk committed, and
         the scope row after, would leave the chunk behind with the numbering reset, so a later chunk
         of the user would collide with it on `uq_chunks_scope_seq`. Locked first, an ingestion under
-        way commits before the purge goes on, and each DELETE below (a new snapshot, READ COMMITTED)
-        sees its chunk; one that comes later waits for the purge and numbers from 1 again, nothing
-        of the user's being left to collide with."""
-        await self.session.execute(
-            select(Scope.last_seq)
-            .where(Scope.tenant_id == tenant_id, Scope.user_id == user_id)
-            .with_for_update()
-        )
-        await self.session.execute(text("SET LOCAL memstore.purge = 'on'"))
-        counts: dict[str, int] = {}
-        for name, model in _PURGED:
-            table = cast("Table", model.__table__)
-            result = await self.session.execute(
-                delete(table).where(table.c.tenant_id == tenant_id, table.c.user_id == user_id)
-            )
-            counts[name] = int(getattr(result, "rowcount", 0) or 0)
-        await self.session.execute(text("SET LOCAL memstore.purge = 'off'"))
-        return counts
+        way commits before the purge goes on, and each DELETE (a new snapshot, READ COMMITTED) sees its
+        chunk; one that comes later waits for the purge and numbers from 1 again, nothing of the user's
+        being left to collide with."""
+        counts = await self.session.scalar(select(func.memstore_purge_user(tenant_id, user_id, type_=JSONB)))
+        return {name: int((counts or {}).get(name, 0)) for name, _ in _PURGED}
 
     # --- audit -----------------------------------------------------------------------------------
 

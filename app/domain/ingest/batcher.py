@@ -34,6 +34,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import Chunk
+from app.db.tenancy import tenant_scope
 from app.domain.accounts.services import Principal
 from app.domain.audit.repositories import AuditRepository
 from app.domain.audit.services import event_row
@@ -202,6 +203,12 @@ class IngestBatcher:
     async def _write(self, batch: list[_Request]) -> list[tuple[str, dict[str, object]]]:
         for request in batch:
             request.hashes = [body_hash(chunk) for chunk, _ in request.chunks]
+        # One transaction for the batch's tenants, and theirs alone (`app.db.tenancy`).
+        tenants = sorted({r.principal.tenant_id for r in batch})
+        with tenant_scope(tenants):
+            return await self._write_as_tenants(batch)
+
+    async def _write_as_tenants(self, batch: list[_Request]) -> list[tuple[str, dict[str, object]]]:
         async with self.sessionmaker() as session, session.begin():
             chunks = ChunkRepository(session)
             keys = {(r.principal.tenant_id, key) for r in batch for _, key in r.chunks if key is not None}

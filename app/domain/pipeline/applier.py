@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from app.db.tenancy import tenant_scope
 from app.domain.audit.repositories import AuditRepository
 from app.domain.audit.services import event_row
 from app.domain.memories.services import ApplyOutcome, ApplyRequest, Vectors, apply_many
@@ -130,6 +131,11 @@ class Applier:
                 _settle(waiting, outcome)
 
     async def _commit(self, results: list[Result]) -> list[ApplyOutcome | None]:
+        # The batch's tenants, and theirs alone (`app.db.tenancy`), whichever job started this flusher.
+        with tenant_scope(r.chunk.tenant_id for r in results):
+            return await self._commit_as_tenants(results)
+
+    async def _commit_as_tenants(self, results: list[Result]) -> list[ApplyOutcome | None]:
         async with AsyncSession(self.engine, expire_on_commit=False) as session:
             claims = [(r.chunk, r.request.changeset_id) for r in results]
             still_ours = await PipelineRepository(session).mark_applied(claims)

@@ -117,6 +117,8 @@ _GIVE_BACK = (
     .returning(_c.id)
 )
 
+_STRANDED = text("SELECT tenant_id, user_id FROM memstore_stranded_scopes(:p_age, :p_limit)")
+
 _TENANT_OPTIONS = select(
     Tenant.settings["writer"].astext,
     Tenant.settings["shadow_writers"],
@@ -295,15 +297,7 @@ class PipelineRepository:
         return messages[-limit:]
 
     async def stranded_scopes(self, min_age_s: float, limit: int = 1000) -> Sequence[tuple[uuid.UUID, str]]:
-        """Scopes with unfinished chunks untouched for `min_age_s` whose backoff (if any) has passed."""
-        rows = await self.session.execute(
-            select(_c.tenant_id, _c.user_id)
-            .where(
-                _c.status.in_(PENDING),
-                _c.updated_at < func.now() - text("make_interval(secs => :age)").bindparams(age=min_age_s),
-                _c.available_at <= func.now(),
-            )
-            .group_by(_c.tenant_id, _c.user_id)
-            .limit(limit)
-        )
+        """Scopes with unfinished chunks untouched for `min_age_s` whose backoff (if any) has passed:
+        read across tenants, through a function of the tables' owner (migration 0008)."""
+        rows = await self.session.execute(_STRANDED, {"p_age": min_age_s, "p_limit": limit})
         return [(r[0], r[1]) for r in rows]

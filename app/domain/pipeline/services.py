@@ -29,6 +29,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.config import Settings
+from app.db.tenancy import tenant_scope
 from app.domain.audit.services import record_event
 from app.domain.memories.services import ApplyLimits, ApplyRequest, Provenance, Shown, embed_ops
 from app.domain.pipeline.applier import Applier, ApplyInterruptedError, Result
@@ -217,7 +218,14 @@ async def take_up_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) 
     """A job's work on a scope. A tenant's scope first feeds its new chunks to the tenant's live shadow
     banks (`run.fed`: the caller wakes them), then is drained. A shadow bank's scope is drained in one
     of the process's shadow slots, or put off for a moment when they are all taken, so shadows never
-    hold a slot the tenants' own scopes need."""
+    hold a slot the tenants' own scopes need.
+
+    The work reads and writes as the scope's tenant (with its shadow banks) and no other."""
+    with tenant_scope([tenant_id]):
+        return await _take_up_scope(deps, tenant_id, user_id)
+
+
+async def _take_up_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
     async with AsyncSession(deps.reads) as session:
         options = await deps.tenant_options(session, tenant_id)
     if options.shadow_of is not None:
@@ -246,7 +254,13 @@ async def take_up_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) 
 
 
 async def process_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
-    """Drain a scope's ready chunks in order, unless another worker is already doing so."""
+    """Drain a scope's ready chunks in order, unless another worker is already doing so (as the scope's
+    tenant: `app.db.tenancy`)."""
+    with tenant_scope([tenant_id]):
+        return await _drain(deps, tenant_id, user_id)
+
+
+async def _drain(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
     run = ScopeRun()
     key = scope_lock_key(tenant_id, user_id)
     while True:

@@ -70,16 +70,9 @@ _PROGRESS = text(
     """
 )
 
-# Unfinished chunks of every bank (served by the partial index on unfinished chunks).
-_SHADOW_BACKLOG = text(
-    """
-    SELECT t.settings -> 'shadow' ->> 'name' AS bank, t.settings -> 'shadow' ->> 'writer' AS writer,
-           count(*) AS pending, coalesce(extract(epoch FROM now() - min(c.received_at)), 0) AS oldest_age_s
-    FROM chunks c JOIN tenants t ON t.id = c.tenant_id
-    WHERE c.status IN ('queued', 'processing') AND t.shadow_of IS NOT NULL
-    GROUP BY 1, 2
-    """
-)
+# Unfinished chunks of every bank (served by the partial index on unfinished chunks), read across
+# tenants through a function of the tables' owner (migration 0008).
+_SHADOW_BACKLOG = text("SELECT bank, writer, pending, oldest_age_s FROM memstore_shadow_backlog()")
 
 # One side of a comparison: each chunk by its source chunk's id, with its outcome and changeset.
 _OUTCOMES = text(

@@ -1,0 +1,87 @@
+"""Which tenants' rows a database connection may see: the second wall behind the tenant predicates.
+
+Every tenant table has a row-level security policy (migration 0008): a role that does not own the
+tables — the service role the API and the workers connect as — sees and writes only rows of the
+tenants named in the setting `memstore.tenant_ids` (and of their shadow banks). Without the setting,
+it sees nothing. Queries still carry their own tenant predicate; the policy is what holds if one
+forgets it.
+
+The tenants of the work in progress live in a context variable (`tenant_scope`): a request's is its
+key's tenant, a worker job's the scope's, a group commit's those of its batch. A pool event hands it
+to Postgres each time a connection is checked out (one round trip, skipped when the connection
+already carries the same tenants), so every transaction — and every autocommit statement — runs with
+the tenants of the work that checked the connection out, never those of the work before it. The
+session-level setting is written outside any transaction, so no rollback can bring back an earlier
+value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+# The setting the policies read, and the role the service connects as (both made by migration 0008).
+TENANTS_SETTING = "memstore.tenant_ids"
+SERVICE_ROLE = "memstore_service"
+
+_TENANTS: ContextVar[tuple[uuid.UUID, ...]] = ContextVar("memstore_tenants", default=())
+_SET = f"SELECT set_config('{TENANTS_SETTING}', $1, false)"
+_CARRIED = "memstore_tenant_ids"  # what a pooled connection's setting holds now (its record's info)
+
+
+def current_tenants() -> tuple[uuid.UUID, ...]:
+    """The tenants of the work in progress (empty: none, so a service connection sees no tenant rows)."""
+    return _TENANTS.get()
+
+
+@contextlib.contextmanager
+def tenant_scope(tenant_ids: Iterable[uuid.UUID]) -> Iterator[None]:
+    """Connections checked out inside the block see these tenants' rows (and their shadow banks')."""
+    token = _TENANTS.set(tuple(dict.fromkeys(tenant_ids)))
+    try:
+        yield
+    finally:
+        _TENANTS.reset(token)
+
+
+def enter_tenant(tenant_id: uuid.UUID) -> None:
+    """Make `tenant_id` the tenant of the rest of this task (a request, once its key is known)."""
+    _TENANTS.set((tenant_id,))
+
+
+def install(engine: AsyncEngine) -> None:
+    """Hand the current tenants to Postgres on every checkout of one of `engine`'s connections."""
+    event.listen(engine.sync_engine, "checkout", _on_checkout)
+
+
+async def bypasses_row_security(engine: AsyncEngine) -> bool:
+    """Whether `engine` connects as the tables' owner (or a superuser), for whom the policies do not
+    apply: a deployment that gives the service the owner's URL runs without this wall."""
+    async with engine.connect() as conn:
+        owner = await conn.scalar(
+            text(
+                "SELECT pg_has_role(current_user, relowner, 'MEMBER') FROM pg_class"
+                " WHERE oid = to_regclass('memories')"
+            )
+        )
+    return bool(owner)
+
+
+def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    wanted = ",".join(str(t) for t in _TENANTS.get())
+    if record.info.get(_CARRIED) == wanted:
+        return
+    record.info.pop(_CARRIED, None)
+    try:
+        dbapi_connection.run_async(lambda conn: conn.execute(_SET, wanted))
+    except Exception as exc:
+        # The pool drops this connection and checks out another, as it does for a failed pre-ping.
+        raise DisconnectionError(f"could not set the tenants of a connection: {exc}") from exc
+    record.info[_CARRIED] = wanted
