@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from app.db.tenancy import SERVICE_ROLE
 from app.lib.embedded import EmbeddedPostgres, EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +109,9 @@ class Stack:
     data_dir: Path
     pg_socket_dir: Path
     database_url: str
-    """SQLAlchemy URL (what `MEMSTORE_DATABASE_URL` takes)."""
+    """SQLAlchemy URL as the tables' owner (what `MEMSTORE_ADMIN_DATABASE_URL` takes), to look inside."""
+    service_url: str
+    """SQLAlchemy URL as the service role (what `MEMSTORE_DATABASE_URL` takes), for more workers."""
     dsn: str
     """libpq URL, for asyncpg.connect() and psql."""
     redis_url: str
@@ -137,7 +140,12 @@ class Stack:
 
     def start_worker(self) -> subprocess.Popen[bytes]:
         """One more `python -m app worker` against this stack's Postgres and Redis (stopped on exit)."""
-        env = {**self.env, "MEMSTORE_DATABASE_URL": self.database_url, "MEMSTORE_REDIS_URL": self.redis_url}
+        env = {
+            **self.env,
+            "MEMSTORE_DATABASE_URL": self.service_url,
+            "MEMSTORE_ADMIN_DATABASE_URL": self.database_url,
+            "MEMSTORE_REDIS_URL": self.redis_url,
+        }
         with self.log_file.open("ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "app", "worker"],
@@ -213,6 +221,7 @@ def running_stack(
             data_dir=data_dir,
             pg_socket_dir=postgres.socket_dir,
             database_url=postgres.url(),
+            service_url=postgres.url(user=SERVICE_ROLE),
             dsn=postgres.dsn(),
             redis_url=EmbeddedRedis(data_dir / "redis").url,
             log_file=log_file,

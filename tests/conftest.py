@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrate import upgrade
+from app.db.tenancy import SERVICE_ROLE
 from app.domain.accounts.services import create_tenant
 from app.lib.embedded import EmbeddedStack
 from app.server.asgi import create_app
@@ -40,12 +41,18 @@ _db_counter = itertools.count()
 class Servers:
     """Where the test Postgres and Redis are, and the embedded stack if we started one."""
 
-    database_url: str  # any database on the server; tests derive their own databases from it
+    database_url: str  # any database on the server, as the tables' owner; tests derive their own from it
+    service_url: str  # the same server as the service role (row-level security applies)
     redis_url: str
     stack: EmbeddedStack | None
 
     def url_for(self, database: str) -> str:
+        """A database as its tables' owner (migrations, and the tests' own look at the rows)."""
         return make_url(self.database_url).set(database=database).render_as_string(hide_password=False)
+
+    def service_url_for(self, database: str) -> str:
+        """A database as the service role, as the API and the workers connect."""
+        return make_url(self.service_url).set(database=database).render_as_string(hide_password=False)
 
 
 async def _admin_connect(servers: Servers) -> asyncpg.Connection:
@@ -70,15 +77,24 @@ def server_dir(prefix: str) -> Path:
 
 @pytest.fixture(scope="session")
 def servers() -> Iterator[Servers]:
+    """With MEMSTORE_ADMIN_DATABASE_URL (the owner) and MEMSTORE_DATABASE_URL (the service role) set,
+    those; with MEMSTORE_DATABASE_URL alone, it is the owner and the service role logs in beside it
+    without a password (trust authentication); else the embedded Postgres."""
+    admin_url = os.environ.get("MEMSTORE_ADMIN_DATABASE_URL")
     database_url = os.environ.get("MEMSTORE_DATABASE_URL")
     redis_url = os.environ.get("MEMSTORE_REDIS_URL")
+    owner_url = admin_url or database_url
     stack, data_dir = None, None
-    if database_url is None or redis_url is None:
+    if owner_url is None or redis_url is None:
         data_dir = server_dir("memstore-tests-")
-        stack = EmbeddedStack(data_dir, database_url, redis_url)
-        database_url, redis_url = stack.start()
+        stack = EmbeddedStack(data_dir, owner_url, redis_url)
+        owner_url, redis_url = stack.start()
+    if admin_url is not None and database_url is not None:
+        service_url = database_url
+    else:
+        service_url = make_url(owner_url).set(username=SERVICE_ROLE, password=None).render_as_string(False)
     try:
-        yield Servers(database_url, redis_url, stack)
+        yield Servers(owner_url, service_url, redis_url, stack)
     finally:
         if stack is not None:
             stack.stop()
@@ -102,8 +118,8 @@ async def template_database(servers: Servers) -> str:
 
 
 @pytest.fixture
-async def database_url(servers: Servers, template_database: str) -> AsyncIterator[str]:
-    """A fresh, migrated database for this test alone."""
+async def owner_database_url(servers: Servers, template_database: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test alone, as its tables' owner."""
     name = f"memstore_test_{os.getpid()}_{next(_db_counter)}"
     conn = await _admin_connect(servers)
     try:
@@ -119,6 +135,12 @@ async def database_url(servers: Servers, template_database: str) -> AsyncIterato
 
 
 @pytest.fixture
+def database_url(servers: Servers, owner_database_url: str) -> str:
+    """The test's database as the service role: what the API and the workers under test connect with."""
+    return servers.service_url_for(make_url(owner_database_url).database or "")
+
+
+@pytest.fixture
 async def redis_url(servers: Servers) -> str:
     """The test Redis, emptied before each test."""
     client = aioredis.from_url(servers.redis_url)
@@ -128,9 +150,10 @@ async def redis_url(servers: Servers) -> str:
 
 
 @pytest.fixture
-def settings(database_url: str, redis_url: str) -> Settings:
+def settings(database_url: str, owner_database_url: str, redis_url: str) -> Settings:
     return Settings(
         database_url=database_url,
+        admin_database_url=owner_database_url,
         redis_url=redis_url,
         auth_cache_ttl_s=0.0,
         log_format="console",
@@ -140,7 +163,9 @@ def settings(database_url: str, redis_url: str) -> Settings:
 
 @pytest.fixture
 async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(settings, application_name="memstore-tests")
+    """The tests' own connections, as the tables' owner: set-up and checks see every tenant's rows,
+    as the service (`settings.database_url`) never does."""
+    engine = create_engine(settings.as_owner(), application_name="memstore-tests")
     yield engine
     await engine.dispose()
 

@@ -72,7 +72,8 @@ async def fuzz_settings(
     finally:
         await conn.close()
     yield Settings(
-        database_url=servers.url_for(name),
+        database_url=servers.service_url_for(name),
+        admin_database_url=servers.url_for(name),
         redis_url=servers.redis_url,
         auth_cache_ttl_s=0.0,
         log_format="console",
@@ -89,7 +90,7 @@ async def fuzz_settings(
 @pytest.fixture(scope="module")
 async def fuzz_target(fuzz_settings: Settings) -> AsyncIterator[FuzzTarget]:
     """Mostly the tenant's admin key; sometimes none, a read-only key or an ingest-only key."""
-    engine = create_engine(fuzz_settings, application_name="memstore-fuzz")
+    engine = create_engine(fuzz_settings.as_owner(), application_name="memstore-fuzz")
     sessionmaker = create_sessionmaker(engine)
     try:
         tenant = await make_tenant(sessionmaker, "fuzz")

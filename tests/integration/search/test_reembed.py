@@ -170,8 +170,13 @@ async def test_reembed_refuses_another_dimension(
     assert (await config(sessionmaker)).name == HASHING.name
 
 
-def test_the_command_reembeds(database_url: str) -> None:
-    env = {**os.environ, "MEMSTORE_DATABASE_URL": database_url, "MEMSTORE_LOG_FORMAT": "console"}
+def test_the_command_reembeds(database_url: str, owner_database_url: str) -> None:
+    env = {
+        **os.environ,
+        "MEMSTORE_DATABASE_URL": database_url,
+        "MEMSTORE_ADMIN_DATABASE_URL": owner_database_url,
+        "MEMSTORE_LOG_FORMAT": "console",
+    }
     result = subprocess.run(
         [sys.executable, "-m", "app", "reembed", "--batch-size", "10"],
         env=env,
