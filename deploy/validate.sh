@@ -76,6 +76,12 @@ if [ ${#compose[@]} -gt 0 ]; then
     env=deploy/compose/.env.example
     check "compose config" "${compose[@]}" -f "$cf" --env-file "$env" config -q
     check "compose config --profile gpu" "${compose[@]}" -f "$cf" --env-file "$env" --profile gpu config -q
+    if "${compose[@]}" -f "$cf" --env-file <(grep -v '^MEMSTORE_SERVICE_PASSWORD=' "$env") config -q \
+        >/dev/null 2>&1; then
+        fail "compose refuses to start without MEMSTORE_SERVICE_PASSWORD"
+    else
+        pass "compose refuses to start without MEMSTORE_SERVICE_PASSWORD"
+    fi
     if "${compose[@]}" -f "$cf" --env-file /dev/null config -q >/dev/null 2>&1; then
         fail "compose refuses to start without POSTGRES_PASSWORD"
     else
@@ -212,8 +218,13 @@ for kind in ("Deployment", "Job"):
             for e in env.values():
                 ref = e.get("valueFrom", {}).get("secretKeyRef")
                 if ref and (ref["name"] != "memstore-secrets"
-                            or ref["key"] not in ("database-url", "redis-url", "writer-api-key")):
+                            or ref["key"] not in ("database-url", "admin-database-url", "redis-url",
+                                                  "writer-api-key")):
                     errors.append(f"{name}/{c['name']}: unexpected secret reference {ref}")
+            # The owner's URL is the migration's alone: what serves requests connects as the service role.
+            owner = "MEMSTORE_ADMIN_DATABASE_URL" in env
+            if owner != (kind == "Job"):
+                errors.append(f"{name}/{c['name']}: the owner's database URL belongs to the migration alone")
             if {"configMapRef": {"name": "memstore-config"}} not in c.get("envFrom", []):
                 errors.append(f"{name}/{c['name']}: no envFrom memstore-config")
             if not c.get("securityContext", {}).get("readOnlyRootFilesystem"):
