@@ -20,6 +20,7 @@ from app.domain.history.controllers import AdminHistoryController, AuditControll
 from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.controllers import ChunkController
 from app.domain.memories.controllers import MemoryController
+from app.domain.provenance.controllers import ProvenanceController
 from app.domain.reviews.controllers import ReviewController
 from app.domain.search.controllers import SearchController
 from app.domain.search.services import Searcher
@@ -47,6 +48,7 @@ ROUTE_HANDLERS = [
     TenantSettingsController,
     ChunkController,
     MemoryController,
+    ProvenanceController,
     AdminHistoryController,
     AuditController,
     SearchController,

@@ -367,6 +367,19 @@ class HistoryRepository:
             stmt = stmt.with_for_update()
         return (await self.session.scalars(stmt)).all()
 
+    async def changesets_by_ids(
+        self, tenant_id: uuid.UUID, changeset_ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, Changeset]:
+        """The tenant's changesets among `changeset_ids`, by id."""
+        if not changeset_ids:
+            return {}
+        rows = await self.session.scalars(
+            select(Changeset).where(
+                Changeset.tenant_id == tenant_id, Changeset.id.in_(list(set(changeset_ids)))
+            )
+        )
+        return {c.id: c for c in rows}
+
     async def mark_reverted(self, changeset_ids: Sequence[uuid.UUID]) -> None:
         if changeset_ids:
             await self.session.execute(

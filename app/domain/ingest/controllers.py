@@ -83,6 +83,9 @@ class ChunkController(Controller):
         db_session: NamedDependency[AsyncSession],
     ) -> ChunkStatus:
         chunk = await services.get_chunk(db_session, request.user.tenant_id, chunk_id)
+        # Its messages and the raw output (which may quote the memories the writer was shown) only for
+        # keys that may read memories.
+        may_read = bool(request.user.roles & {"read", "admin"})
         return ChunkStatus(
             chunk_id=chunk.id,
             user_id=chunk.user_id,
@@ -97,6 +100,7 @@ class ChunkController(Controller):
             received_at=chunk.received_at,
             applied_at=chunk.applied_at,
             usage=chunk.usage,
-            # It may quote the memories the writer was shown: only for keys that may read them.
-            raw_output=chunk.raw_output if request.user.roles & {"read", "admin"} else None,
+            raw_output=chunk.raw_output if may_read else None,
+            messages=chunk.messages if may_read else None,
+            metadata=chunk.metadata_ if may_read else None,
         )

@@ -77,6 +77,15 @@ class ChunkRepository:
             select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.id == chunk_id)
         )
 
+    async def many(self, tenant_id: uuid.UUID, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Chunk]:
+        """The tenant's chunks among `chunk_ids`, by id."""
+        if not chunk_ids:
+            return {}
+        rows = await self.session.scalars(
+            select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.id.in_(list(set(chunk_ids))))
+        )
+        return {c.id: c for c in rows}
+
     async def by_idempotency_keys(
         self, pairs: Sequence[tuple[uuid.UUID, str]]
     ) -> dict[tuple[uuid.UUID, str], Chunk]:

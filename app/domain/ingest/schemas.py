@@ -74,3 +74,6 @@ class ChunkStatus(msgspec.Struct):
     usage: dict[str, Any] = msgspec.field(default_factory=dict)
     # What the writer answered in the last failed attempt, for keys that may read memories.
     raw_output: str | None = None
+    # The chunk's messages and metadata as posted, for keys that may read memories.
+    messages: list[dict[str, Any]] | None = None
+    metadata: dict[str, Any] | None = None

@@ -344,6 +344,18 @@ class VersionRepository:
         )
         return (await self.session.scalars(stmt)).all()
 
+    async def at_versions(
+        self, tenant_id: uuid.UUID, pairs: Sequence[tuple[uuid.UUID, int]]
+    ) -> dict[tuple[uuid.UUID, int], MemoryVersion]:
+        """The version rows named by (memory id, version number), of this tenant only."""
+        if not pairs:
+            return {}
+        stmt = select(MemoryVersion).where(
+            MemoryVersion.tenant_id == tenant_id,
+            tuple_(MemoryVersion.memory_id, MemoryVersion.version).in_(list(set(pairs))),
+        )
+        return {(v.memory_id, v.version): v for v in await self.session.scalars(stmt)}
+
 
 class ChangesetRepository:
     def __init__(self, session: AsyncSession) -> None:

@@ -1,0 +1,54 @@
+"""writer_views: what a writer was shown for each changeset it wrote
+
+One row per writer changeset: the candidate memories under their local ids (memory and version) and
+how many earlier messages of the scope the writer was given, so `GET /v1/memories/{id}/explain` can
+show a decision next to what it was made from. Rows go with their changeset (ON DELETE CASCADE: a
+purge).
+
+Revision ID: 0012
+Revises: 0007
+Create Date: 2026-12-05 10:00:00
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision: str = "0012"
+down_revision: str | None = "0007"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "writer_views",
+        sa.Column("changeset_id", sa.UUID(), nullable=False),
+        sa.Column("tenant_id", sa.UUID(), nullable=False),
+        sa.Column(
+            "candidates",
+            postgresql.JSONB(astext_type=sa.Text()),
+            server_default="[]",
+            nullable=False,
+        ),
+        sa.Column("context_messages", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["changeset_id"],
+            ["changesets.id"],
+            name=op.f("fk_writer_views_changeset_id_changesets"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["tenant_id"], ["tenants.id"], name=op.f("fk_writer_views_tenant_id_tenants"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("changeset_id", name=op.f("pk_writer_views")),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("writer_views")
