@@ -16,6 +16,7 @@ from app.domain.accounts.controllers import ApiKeyController, TenantSettingsCont
 from app.domain.accounts.key_events import KeyEvents
 from app.domain.answer.controllers import AnswerController
 from app.domain.answer.reader import reader_from_settings
+from app.domain.console.controllers import ConsoleReadsController, console_router
 from app.domain.history.controllers import AdminHistoryController, AuditController
 from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.controllers import ChunkController
@@ -55,6 +56,8 @@ ROUTE_HANDLERS = [
     ShadowController,
     ReviewController,
     AnswerController,
+    ConsoleReadsController,
+    console_router(),
 ]
 
 

@@ -1,9 +1,9 @@
-"""writer_views: what a writer was shown for each changeset it wrote
+"""writer_views: what a writer was shown for each changeset it wrote; an index of failed chunks
 
 One row per writer changeset: the candidate memories under their local ids (memory and version) and
 how many earlier messages of the scope the writer was given, so `GET /v1/memories/{id}/explain` can
 show a decision next to what it was made from. Rows go with their changeset (ON DELETE CASCADE: a
-purge).
+purge). `ix_chunks_failed` serves the admin's list of failed chunks.
 
 Revision ID: 0012
 Revises: 0007
@@ -48,7 +48,15 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("changeset_id", name=op.f("pk_writer_views")),
     )
+    op.create_index(
+        "ix_chunks_failed",
+        "chunks",
+        ["tenant_id", "received_at"],
+        unique=False,
+        postgresql_where=sa.text("status = 'failed'"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_chunks_failed", table_name="chunks", postgresql_where=sa.text("status = 'failed'"))
     op.drop_table("writer_views")

@@ -83,24 +83,4 @@ class ChunkController(Controller):
         db_session: NamedDependency[AsyncSession],
     ) -> ChunkStatus:
         chunk = await services.get_chunk(db_session, request.user.tenant_id, chunk_id)
-        # Its messages and the raw output (which may quote the memories the writer was shown) only for
-        # keys that may read memories.
-        may_read = bool(request.user.roles & {"read", "admin"})
-        return ChunkStatus(
-            chunk_id=chunk.id,
-            user_id=chunk.user_id,
-            agent_id=chunk.agent_id,
-            run_id=chunk.run_id,
-            seq=chunk.seq,
-            status=chunk.status,
-            attempts=chunk.attempts,
-            error=chunk.last_error,
-            changeset_id=chunk.changeset_id,
-            writer=chunk.writer,
-            received_at=chunk.received_at,
-            applied_at=chunk.applied_at,
-            usage=chunk.usage,
-            raw_output=chunk.raw_output if may_read else None,
-            messages=chunk.messages if may_read else None,
-            metadata=chunk.metadata_ if may_read else None,
-        )
+        return ChunkStatus.of(chunk, may_read=bool(request.user.roles & {"read", "admin"}))

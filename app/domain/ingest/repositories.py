@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, select, text, tuple_
+from sqlalchemy import Table, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -39,6 +40,17 @@ class ScopeRepository:
         # executemany form: one compiled statement whatever the batch size, sent as one multi-row VALUES.
         rows = await self.session.execute(_ALLOCATE_SEQS, params)
         return {(r.tenant_id, r.user_id): int(r.last_seq) for r in rows}
+
+    async def page(
+        self, tenant_id: uuid.UUID, *, prefix: str | None, after: str | None, limit: int
+    ) -> Sequence[Scope]:
+        """A tenant's users (one scope each), in `user_id` order, those starting with `prefix` only."""
+        stmt = select(Scope).where(Scope.tenant_id == tenant_id)
+        if prefix:
+            stmt = stmt.where(func.starts_with(Scope.user_id, prefix))
+        if after is not None:
+            stmt = stmt.where(Scope.user_id > after)
+        return (await self.session.scalars(stmt.order_by(Scope.user_id).limit(limit))).all()
 
 
 _UNFINISHED = "c.status IN ('queued', 'processing')"  # the predicate of ix_chunks_scope_pending
@@ -85,6 +97,24 @@ class ChunkRepository:
             select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.id.in_(list(set(chunk_ids))))
         )
         return {c.id: c for c in rows}
+
+    async def page_by_status(
+        self,
+        tenant_id: uuid.UUID,
+        status: str,
+        *,
+        user_id: str | None,
+        before: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+    ) -> Sequence[Chunk]:
+        """A tenant's chunks in `status`, newest first (keyset on (received_at, id) descending)."""
+        stmt = select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.status == status)
+        if user_id is not None:
+            stmt = stmt.where(Chunk.user_id == user_id)
+        if before is not None:
+            stmt = stmt.where(tuple_(Chunk.received_at, Chunk.id) < tuple_(*before))
+        stmt = stmt.order_by(Chunk.received_at.desc(), Chunk.id.desc()).limit(limit)
+        return (await self.session.scalars(stmt)).all()
 
     async def by_idempotency_keys(
         self, pairs: Sequence[tuple[uuid.UUID, str]]

@@ -77,3 +77,31 @@ class ChunkStatus(msgspec.Struct):
     # The chunk's messages and metadata as posted, for keys that may read memories.
     messages: list[dict[str, Any]] | None = None
     metadata: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, chunk: Any, *, may_read: bool) -> ChunkStatus:
+        """A chunk's progress; its messages, metadata and the writer's raw output (which may quote the
+        memories the writer was shown) only for keys that may read memories."""
+        return cls(
+            chunk_id=chunk.id,
+            user_id=chunk.user_id,
+            agent_id=chunk.agent_id,
+            run_id=chunk.run_id,
+            seq=chunk.seq,
+            status=chunk.status,
+            attempts=chunk.attempts,
+            error=chunk.last_error,
+            changeset_id=chunk.changeset_id,
+            writer=chunk.writer,
+            received_at=chunk.received_at,
+            applied_at=chunk.applied_at,
+            usage=chunk.usage,
+            raw_output=chunk.raw_output if may_read else None,
+            messages=chunk.messages if may_read else None,
+            metadata=chunk.metadata_ if may_read else None,
+        )
+
+
+class ChunkList(msgspec.Struct):
+    items: list[ChunkStatus]
+    next_cursor: str | None

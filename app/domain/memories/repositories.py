@@ -264,6 +264,19 @@ class MemoryRepository:
         rows = await self.session.execute(stmt)
         return [MemoryAsOf(row[0], tenant_id, *row[1:]) for row in rows]
 
+    async def count_active(self, tenant_id: uuid.UUID, user_ids: Sequence[str]) -> dict[str, int]:
+        """How many active memories each of these users has (the scope B-tree answers it)."""
+        if not user_ids:
+            return {}
+        rows = await self.session.execute(
+            select(Memory.user_id, func.count())
+            .where(
+                Memory.tenant_id == tenant_id, Memory.user_id.in_(list(user_ids)), Memory.status == "active"
+            )
+            .group_by(Memory.user_id)
+        )
+        return {user_id: int(n) for user_id, n in rows}
+
     async def closest_active(
         self, items: Sequence[tuple[uuid.UUID, str, Sequence[float]]]
     ) -> list[tuple[uuid.UUID, float] | None]:
