@@ -173,6 +173,12 @@ class AsyncClient:
     def iter_users(self, prefix: str | None = None) -> AsyncIterator[models.User]:
         return self._pages(lambda cursor: c.list_users(prefix, cursor=cursor))
 
+    def iter_chunks(
+        self, status: str = "all", user_id: str | None = None
+    ) -> AsyncIterator[models.ChunkStatus]:
+        """Chunks with their messages, newest first (`status`: failed, queued, processing, applied or all)."""
+        return self._pages(lambda cursor: c.list_chunks(status, user_id, cursor=cursor))
+
     def iter_audit(self, **filters: Any) -> AsyncIterator[models.AuditEvent]:
         """Audit events, oldest first (`since`, `action`)."""
         return self._pages(lambda cursor: c.list_audit(**filters, cursor=cursor))

@@ -286,6 +286,14 @@ def list_users(
     return get("/v1/admin/users", models.UserPage, prefix=prefix, limit=limit, cursor=cursor)
 
 
+def list_chunks(
+    status: str = "all", user_id: str | None = None, limit: int = 100, cursor: str | None = None
+) -> Call[models.ChunkPage]:
+    return get(
+        "/v1/admin/chunks", models.ChunkPage, status=status, user_id=user_id, limit=limit, cursor=cursor
+    )
+
+
 def list_audit(
     since: datetime | None = None, action: str | None = None, limit: int = 100, cursor: str | None = None
 ) -> Call[models.AuditPage]:

@@ -24,6 +24,7 @@ class ChunkAccepted(msgspec.Struct):
     chunk_id: uuid.UUID
     seq: int
     status: str
+    replayed: bool = False  # the idempotency key matched an earlier identical chunk: nothing new stored
 
 
 class ChunkStatus(msgspec.Struct):
@@ -68,6 +69,10 @@ class Page(msgspec.Struct):
     """One page of a list; `next_cursor` fetches the next (None: this was the last)."""
 
     next_cursor: str | None
+
+
+class ChunkPage(Page):
+    items: list[ChunkStatus]
 
 
 class MemoryPage(Page):

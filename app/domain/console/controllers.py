@@ -124,19 +124,27 @@ class ConsoleReadsController(Controller):
         )
         return ChangesetCounts(items=[ChangesetCount(**row) for row in rows])
 
-    @get("/chunks", summary="Chunks in a status (failed by default), newest first, with their messages")
+    @get(
+        "/chunks", summary="Chunks in a status (failed by default, or all), newest first, with their messages"
+    )
     async def list_chunks(
         self,
         request: AdminRequest,
         db_session: NamedDependency[AsyncSession],
-        status: Annotated[Literal["failed", "queued", "processing", "applied"], QueryParameter()] = "failed",
+        status: Annotated[
+            Literal["failed", "queued", "processing", "applied", "all"], QueryParameter()
+        ] = "failed",
         user_id: Text = None,
         limit: Limit = 50,
         cursor: Cursor = None,
     ) -> ChunkList:
         before: tuple[datetime, uuid.UUID] | None = decode_cursor(cursor) if cursor else None
         chunks = await ChunkRepository(db_session).page_by_status(
-            request.user.tenant_id, status, user_id=user_id, before=before, limit=limit + 1
+            request.user.tenant_id,
+            None if status == "all" else status,
+            user_id=user_id,
+            before=before,
+            limit=limit + 1,
         )
         page = chunks[:limit]
         next_cursor = (

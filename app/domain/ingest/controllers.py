@@ -24,7 +24,9 @@ IdempotencyKey = Annotated[
 
 
 def _accepted(result: services.Accepted) -> ChunkAccepted:
-    return ChunkAccepted(chunk_id=result.chunk_id, seq=result.seq, status=result.status)
+    return ChunkAccepted(
+        chunk_id=result.chunk_id, seq=result.seq, status=result.status, replayed=result.replayed
+    )
 
 
 class ChunkController(Controller):

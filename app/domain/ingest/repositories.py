@@ -101,14 +101,16 @@ class ChunkRepository:
     async def page_by_status(
         self,
         tenant_id: uuid.UUID,
-        status: str,
+        status: str | None,
         *,
         user_id: str | None,
         before: tuple[datetime, uuid.UUID] | None,
         limit: int,
     ) -> Sequence[Chunk]:
-        """A tenant's chunks in `status`, newest first (keyset on (received_at, id) descending)."""
-        stmt = select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.status == status)
+        """A tenant's chunks in `status` (None: any), newest first (keyset on received_at, id; descending)."""
+        stmt = select(Chunk).where(Chunk.tenant_id == tenant_id)
+        if status is not None:
+            stmt = stmt.where(Chunk.status == status)
         if user_id is not None:
             stmt = stmt.where(Chunk.user_id == user_id)
         if before is not None:

@@ -51,6 +51,7 @@ class ChunkAccepted(msgspec.Struct):
     chunk_id: uuid.UUID
     seq: int
     status: str
+    replayed: bool = False  # an Idempotency-Key matched an earlier identical chunk: nothing new was stored
 
 
 class BatchAccepted(msgspec.Struct):

@@ -1,0 +1,155 @@
+"""`memstore import` and `memstore export`, run as a user runs them, against the real service and a
+real worker: LoCoMo conversation 1 is imported with every chunk applied and a second import creates
+nothing; a user's export loaded into a fresh instance reproduces the bank and its version count."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.engine import create_engine, create_sessionmaker
+from app.db.models import Changeset, Chunk, MemoryVersion
+from tests.conftest import Servers, TenantKeys, _admin_connect, make_tenant
+from tests.support.live import live_api
+from tests.support.workers import running_worker
+
+LOCOMO = Path(__file__).resolve().parents[4] / "shared" / "data" / "locomo10.json"
+ROOT = Path(__file__).resolve().parents[3]
+
+
+async def memstore(*args: str, key: str) -> tuple[int, str]:
+    """`memstore ARGS` in a process of its own; its exit code and what it printed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env |= {"MEMSTORE_API_KEY": key, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "app",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await process.communicate()
+    return int(process.returncode or 0), output.decode()
+
+
+async def counts(sessionmaker: async_sessionmaker[AsyncSession]) -> dict[str, int]:
+    async with sessionmaker() as session:
+        found = {}
+        for name, model in (("chunks", Chunk), ("versions", MemoryVersion), ("changesets", Changeset)):
+            found[name] = int(await session.scalar(select(func.count()).select_from(model)) or 0)
+        applied = select(func.count()).select_from(Chunk).where(Chunk.status == "applied")
+        found["applied"] = int(await session.scalar(applied) or 0)
+        return found
+
+
+async def test_locomo_conversation_1_is_applied_whole_and_a_second_import_creates_nothing(
+    settings: Settings, tenant: TenantKeys, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    async with live_api(settings) as url, running_worker(settings):
+        code, output = await memstore(
+            "import", "locomo", str(LOCOMO), "--conversations", "1", "--url", url, key=tenant.admin_key
+        )
+        assert code == 0, output
+        assert "19 chunks posted: 19 new, 0 already there" in output
+        assert "chunks 19 applied" in output
+        first = await counts(sessionmaker)
+        assert first["chunks"] == first["applied"] == 19
+        assert first["versions"] > 0  # the offline writer found something to remember
+
+        code, output = await memstore(
+            "import", "locomo", str(LOCOMO), "--conversations", "1", "--url", url, key=tenant.admin_key
+        )
+        assert code == 0, output
+        assert "19 chunks posted: 0 new, 19 already there" in output
+        assert await counts(sessionmaker) == first
+
+
+@pytest.fixture
+async def fresh_instance(
+    servers: Servers, template_database: str, settings: Settings
+) -> AsyncIterator[Settings]:
+    """Another instance: a database of its own (migrated, empty) and a Redis database of its own."""
+    name = f"memstore_test_fresh_{uuid.uuid4().hex[:8]}"
+    conn = await _admin_connect(servers)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    finally:
+        await conn.close()
+    redis_url = f"{settings.redis_url}{'&' if '?' in settings.redis_url else '?'}db=1"
+    redis = aioredis.from_url(redis_url)
+    await redis.flushdb()
+    await redis.aclose()
+    yield settings.model_copy(update={"database_url": servers.url_for(name), "redis_url": redis_url})
+    conn = await _admin_connect(servers)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def test_an_export_loaded_into_a_fresh_instance_reproduces_the_bank_and_its_versions(
+    settings: Settings,
+    tenant: TenantKeys,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    fresh_instance: Settings,
+    tmp_path: Path,
+) -> None:
+    export = tmp_path / "conv-26.jsonl"
+    async with live_api(settings) as url, running_worker(settings):
+        code, output = await memstore(
+            "import", "locomo", str(LOCOMO), "--conversations", "1", "--url", url, key=tenant.admin_key
+        )
+        assert code == 0, output
+        code, output = await memstore(
+            "export", "--user", "conv-26", "--out", str(export), "--url", url, key=tenant.admin_key
+        )
+        assert code == 0, output
+    source = await counts(sessionmaker)
+    records = [json.loads(line) for line in export.read_text().splitlines()]
+    kinds = [r["type"] for r in records]
+    assert kinds[0] == "export"
+    assert kinds.count("chunk") == 19
+    assert sum(len(r["versions"]) for r in records if r["type"] == "memory") == source["versions"]
+    assert kinds.count("changeset") == source["changesets"]
+    first_chunk = next(r for r in records if r["type"] == "chunk")
+    assert first_chunk["seq"] == 1
+    assert first_chunk["messages"][0]["name"] in ("Caroline", "Melanie")
+
+    engine = create_engine(fresh_instance, application_name="memstore-tests-fresh")
+    fresh_sessions = create_sessionmaker(engine)
+    try:
+        fresh_tenant = await make_tenant(fresh_sessions, "acme")
+        async with live_api(fresh_instance) as url, running_worker(fresh_instance):
+            code, output = await memstore(
+                "import", "jsonl", str(export), "--url", url, key=fresh_tenant.admin_key
+            )
+            assert code == 0, output
+            assert "19 chunks posted: 19 new" in output
+            assert (
+                f"bank of conv-26 reproduced: {kinds.count('memory')} memories, {source['versions']} versions"
+                in (output)
+            )
+            # Loading it again is a no-op.
+            code, output = await memstore(
+                "import", "jsonl", str(export), "--url", url, key=fresh_tenant.admin_key
+            )
+            assert code == 0, output
+            assert "0 new, 19 already there" in output
+        copied = await counts(fresh_sessions)
+    finally:
+        await engine.dispose()
+    assert copied["versions"] == source["versions"]
+    assert copied["chunks"] == copied["applied"] == 19
