@@ -17,22 +17,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from litestar import Controller, Request, Response, get
+from litestar import Controller, Response, get
 from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 from litestar.static_files import create_static_files_router
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.accounts.auth import requires_role
-from app.domain.accounts.services import Principal
 from app.domain.console.schemas import ChangesetCount, ChangesetCounts, UserList, UserOut
+from app.domain.history.controllers import AdminRequest, Limit, Text, When
 from app.domain.history.repositories import HistoryRepository
 from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
 from app.domain.ingest.schemas import ChunkList, ChunkStatus
 from app.domain.memories.repositories import MemoryRepository
 from app.domain.memories.services import decode_cursor
 from app.lib.errors import ApiError
-from app.lib.validation import Moment
 
 STATIC_DIR = Path(__file__).with_name("static")
 CONSOLE_HEADERS = {
@@ -45,10 +44,6 @@ CONSOLE_HEADERS = {
     "Cache-Control": "no-cache",
 }
 
-AdminRequest = Request[Principal, Any, Any]
-Limit = Annotated[int, QueryParameter(ge=1, le=1000)]
-Text = Annotated[str | None, QueryParameter(min_length=1, max_length=200)]
-When = Annotated[Moment | None, QueryParameter()]
 Cursor = Annotated[str | None, QueryParameter(max_length=500)]
 
 
@@ -81,7 +76,7 @@ def _user_after(cursor: str) -> str:
         after = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode()
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise invalid from exc
-    if not after:
+    if not after or "\x00" in after:  # Postgres cannot compare text holding a NUL
         raise invalid
     return after
 

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.models import Changeset, Chunk, MemoryVersion
-from tests.conftest import Servers, TenantKeys, _admin_connect, make_tenant
+from tests.conftest import Servers, TenantKeys, fresh_database, make_tenant
 from tests.support.live import live_api
 from tests.support.workers import running_worker
 
@@ -82,22 +81,12 @@ async def fresh_instance(
     servers: Servers, template_database: str, settings: Settings
 ) -> AsyncIterator[Settings]:
     """Another instance: a database of its own (migrated, empty) and a Redis database of its own."""
-    name = f"memstore_test_fresh_{uuid.uuid4().hex[:8]}"
-    conn = await _admin_connect(servers)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
-    finally:
-        await conn.close()
     redis_url = f"{settings.redis_url}{'&' if '?' in settings.redis_url else '?'}db=1"
     redis = aioredis.from_url(redis_url)
     await redis.flushdb()
     await redis.aclose()
-    yield settings.model_copy(update={"database_url": servers.url_for(name), "redis_url": redis_url})
-    conn = await _admin_connect(servers)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
+    async with fresh_database(servers, template_database) as database_url:
+        yield settings.model_copy(update={"database_url": database_url, "redis_url": redis_url})
 
 
 async def test_an_export_loaded_into_a_fresh_instance_reproduces_the_bank_and_its_versions(

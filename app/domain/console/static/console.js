@@ -165,6 +165,15 @@
     confirm.focus();
   }
 
+  // A button that previews `what` (a dry run of `path` with `body`) in `box`, then asks to confirm it.
+  function undoButton(label, box, what, path, body, done, className) {
+    return el(
+      "button",
+      { type: "button", class: className, onclick: () => previewThenConfirm(box, what, path, body, done) },
+      label
+    );
+  }
+
   function brief(state) {
     return state ? `v${state.version} ${state.status}` : "—";
   }
@@ -308,21 +317,14 @@
 
     const restoreBox = el("div", { id: "restore-box", "aria-live": "polite" });
     const restore = asOf
-      ? el(
-          "button",
-          {
-            type: "button",
-            class: "danger",
-            onclick: () =>
-              previewThenConfirm(
-                restoreBox,
-                "restore",
-                `/v1/admin/users/${encodeURIComponent(userId)}/restore`,
-                { as_of: asOf, reason: "restored from the admin console" },
-                () => goAsOf(null)
-              ),
-          },
-          "Restore the bank to this time…"
+      ? undoButton(
+          "Restore the bank to this time…",
+          restoreBox,
+          "restore",
+          `/v1/admin/users/${encodeURIComponent(userId)}/restore`,
+          { as_of: asOf, reason: "restored from the admin console" },
+          () => goAsOf(null),
+          "danger"
         )
       : null;
 
@@ -399,39 +401,25 @@
       const actions = el("div", { class: "row" });
       if (v.version !== head) {
         actions.append(
-          el(
-            "button",
-            {
-              type: "button",
-              onclick: () =>
-                previewThenConfirm(
-                  box,
-                  `rollback to v${v.version}`,
-                  `/v1/admin/memories/${memoryId}/rollback`,
-                  { to_version: v.version, reason: "rolled back from the admin console" },
-                  () => memoryView(memoryId)
-                ),
-            },
-            `Roll back to v${v.version}…`
+          undoButton(
+            `Roll back to v${v.version}…`,
+            box,
+            `rollback to v${v.version}`,
+            `/v1/admin/memories/${memoryId}/rollback`,
+            { to_version: v.version, reason: "rolled back from the admin console" },
+            () => memoryView(memoryId)
           )
         );
       }
       if (entry.changeset && entry.changeset.status === "applied") {
         actions.append(
-          el(
-            "button",
-            {
-              type: "button",
-              onclick: () =>
-                previewThenConfirm(
-                  box,
-                  `revert of changeset ${v.changeset_id.slice(0, 8)}`,
-                  `/v1/admin/changesets/${v.changeset_id}/revert`,
-                  { reason: "reverted from the admin console" },
-                  () => memoryView(memoryId)
-                ),
-            },
-            "Revert this whole changeset…"
+          undoButton(
+            "Revert this whole changeset…",
+            box,
+            `revert of changeset ${v.changeset_id.slice(0, 8)}`,
+            `/v1/admin/changesets/${v.changeset_id}/revert`,
+            { reason: "reverted from the admin console" },
+            () => memoryView(memoryId)
           )
         );
       }
