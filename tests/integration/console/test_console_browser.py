@@ -20,6 +20,7 @@ from tests.conftest import TenantKeys
 from tests.support.history import db_now
 from tests.support.live import live_api
 from tests.support.workers import running_worker, wait_for_chunks
+from tests.support.writers import PLUGINS
 
 CHROMIUM = os.environ.get("MEMSTORE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -127,3 +128,101 @@ async def test_sign_in_find_a_user_go_back_in_time_and_roll_a_memory_back(
         await expect(page.locator("#memory-now")).to_have_text("The user lives in Lyon.")
         await page.screenshot(path=shots / "timeline.png", full_page=True)
     print(f"screenshots: {shots}")
+
+
+UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, button')]
+    .filter((e) => !e.closest('[hidden]') && !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+                   && !(e.tagName === 'BUTTON' && e.textContent.trim()))
+    .map((e) => e.outerHTML)"""
+
+
+async def _unlabelled(page: Page) -> list[str]:
+    found: list[str] = await page.evaluate(UNLABELLED)
+    return found
+
+
+async def test_reviews_failed_chunks_bulk_revert_with_conflicts_and_the_audit_chain(
+    page: Page,
+    settings: Settings,
+    tenant: TenantKeys,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    tmp_path: Path,
+) -> None:
+    settings = settings.model_copy(update={"writer_plugins": PLUGINS, "max_attempts": 1})
+    async with (
+        live_api(settings) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=tenant.admin) as http,
+    ):
+        held = await http.patch("/v1/admin/settings", json={"destructive_ops": "review"})
+        assert held.status_code == 200, held.text
+        async with running_worker(settings):
+            await _say(http, tenant, "eve", "I live in Lyon.")
+            await _say(http, tenant, "eve", "I'm vegetarian.")
+            await wait_for_chunks(sessionmaker, tenant.tenant_id, 2)
+            await _say(http, tenant, "eve", "I moved to Seattle last month.")  # held for review
+            body = {
+                "user_id": "fay",
+                "writer": "failing",
+                "messages": [{"role": "user", "content": "boom"}],
+            }
+            assert (await http.post("/v1/chunks", json=body)).status_code == 202
+            assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 4) == {"applied": 3, "failed": 1}
+        # An admin's hand edit after the writer's: a later change that a revert of the writer must not
+        # overwrite unforced.
+        veggie = next(
+            m
+            for m in (await http.get("/v1/memories", params={"user_id": "eve"})).json()["items"]
+            if m["content"] == "The user is vegetarian."
+        )
+        edited = await http.patch(f"/v1/memories/{veggie['id']}", json={"content": "The user is vegan."})
+        assert edited.status_code == 200, edited.text
+
+        await page.goto(f"{base_url}/admin/")
+        await page.get_by_label("Admin API key").fill(tenant.admin_key)
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.get_by_role("heading", name="Users")).to_be_visible()
+        assert await _unlabelled(page) == []
+
+        # The held SUPERSEDE, approved.
+        await page.get_by_role("link", name="Reviews").click()
+        await expect(page.locator("main")).to_contain_text("Proposed: The user lives in Seattle.")
+        await page.get_by_role("button", name="Approve").click()
+        await expect(page.locator("main")).to_contain_text("No review is pending.")
+        now = (await http.get("/v1/memories", params={"user_id": "eve"})).json()["items"]
+        assert sorted(m["content"] for m in now) == ["The user is vegan.", "The user lives in Seattle."]
+
+        # The failed chunk, its error and messages, retried.
+        await page.get_by_role("link", name="Failed chunks").click()
+        failed = page.locator("main li.panel")
+        await expect(failed).to_contain_text("output is not valid JSON")
+        await expect(failed).to_contain_text("boom")
+        await page.get_by_role("button", name="Retry").click()
+        await expect(page.locator("main")).to_contain_text("No chunk has failed.")
+        chunks = (await http.get("/v1/admin/chunks", params={"status": "queued"})).json()["items"]
+        assert [c["user_id"] for c in chunks] == ["fay"]
+
+        # Undo everything the offline writer wrote: the approval touched Lyon since, a conflict.
+        await page.get_by_role("link", name="Changesets").click()
+        row = page.locator("tr", has_text="offline")
+        await row.get_by_role("button", name="Revert everything since…").click()
+        preview = page.locator("#bulk-box")
+        await expect(preview).to_contain_text("later change(s) conflict")
+        assert await _unlabelled(page) == []
+        await page.screenshot(path=tmp_path / "bulk-revert-preview.png", full_page=True)
+        # Word by word: the hand edit's word goes, the writer's comes back (with status deleted).
+        edit_row = preview.locator("tr", has_text="vegetarian")
+        await expect(edit_row.locator("del")).to_have_text("vegan")
+        await expect(edit_row.locator("ins")).to_have_text("vegetarian")
+        await preview.get_by_label("Overwrite them (force)").check()
+        await preview.get_by_role("button", name="Confirm bulk revert of offline / any model").click()
+        await expect(page.locator("#status")).to_contain_text("Done: bulk revert")
+        await expect(page.locator("table")).to_contain_text("reverted")
+        after = (await http.get("/v1/memories", params={"user_id": "eve"})).json()["items"]
+        # What the offline writer added is gone, the hand edit on top of it included (forced).
+        assert "The user is vegan." not in [m["content"] for m in after]
+
+        # The audit log holds all of it, chained.
+        await page.get_by_role("link", name="Audit log").click()
+        await expect(page.locator("main table")).to_contain_text("changesets.reverted")
+        await page.get_by_role("button", name="Verify the chain").click()
+        await expect(page.locator("#verify-result")).to_contain_text("The chain holds")

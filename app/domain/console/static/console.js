@@ -141,6 +141,7 @@
     );
     const cancel = el("button", { type: "button", onclick: () => box.replaceChildren() }, "Cancel");
     box.replaceChildren(
+      ...[
       el("h3", {}, `Preview: ${what}`),
       diffTable(preview.diff),
       conflicts.length
@@ -160,7 +161,8 @@
         : null,
       preview.diff.length
         ? el("div", { class: "row" }, confirm, cancel)
-        : el("div", { class: "row" }, el("span", {}, "Nothing would change."), cancel)
+        : el("div", { class: "row" }, el("span", {}, "Nothing would change."), cancel),
+      ].filter(Boolean)
     );
     confirm.focus();
   }
@@ -570,7 +572,7 @@
                     onclick: () =>
                       previewThenConfirm(
                         box,
-                        `bulk revert of ${c.writer || "?"} / ${c.model || "?"}`,
+                        `bulk revert of ${c.writer || "any writer"} / ${c.model || "any model"}`,
                         "/v1/admin/revert",
                         {
                           writer: c.writer || undefined,
