@@ -11,7 +11,8 @@ def test_the_sdk_imports_nothing_of_the_server() -> None:
     probe = (
         "import json, sys, app.client; "
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('litestar', 'sqlalchemy', 'asyncpg', 'alembic', 'arq', 'redis') or m.startswith(('app.domain', 'app.db')))))"
+        "('litestar', 'sqlalchemy', 'asyncpg', 'alembic', 'arq', 'redis') "
+        "or m.startswith(('app.domain', 'app.db')))))"
     )
     output = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert json.loads(output) == []
