@@ -1,17 +1,17 @@
 """`memstore import locomo|jsonl FILE` and `memstore export --user U`: conversations and banks moved
 between instances through the REST API, with the SDK, as any client would.
 
-An import posts chunks in order, in batches, each under an idempotency key derived from its content
-and place in the file, so running it again — after an interruption, or on purpose — stores nothing
-twice: chunks already there are answered as replays and the import goes on with the rest. With
-`--wait` (the default) it then waits until the workers have applied every chunk.
+An import of conversations posts chunks in order, in batches, each under an idempotency key derived
+from its content and place in the file, so running it again — after an interruption, or on purpose —
+stores nothing twice: chunks already there are answered as replays and the import goes on with the
+rest. With `--wait` (the default) it then waits until the workers have applied every chunk.
 
 An export writes one user's chunks (their messages, in `seq` order), memories with every version and
-its provenance, and changesets, as JSON Lines. Importing it into another instance posts the chunks,
-which that instance's writer applies; then the bank it made is compared with the exported one, memory
-by memory and version by version, and any difference is reported (exit 1). A deterministic writer
-(the offline one, say) reproduces the bank exactly; hand edits and admin undo are in the export's
-history but are not replayed.
+its provenance, and changesets, as JSON Lines. Importing it into another instance loads that history
+as it was written (`POST /v1/admin/users/{u}/import`, ids mapped, loading twice writes nothing): the
+same bank, the same versions, the same past for `as_of`, hand edits and admin undo included. With
+`--replay`, its chunks are posted for the target's own writer instead. Either way the resulting bank is
+then compared with the exported one, memory by memory, and any difference is reported (exit 1).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import json
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -120,12 +120,24 @@ def locomo_chunks(path: Path, conversations: list[str] | None, user: str | None)
     return keyed("locomo", bodies)
 
 
-def read_jsonl(path: Path) -> tuple[list[ImportChunk], dict[str, list[dict[str, Any]]]]:
-    """The chunks of a JSON Lines file (docs/api.md, "Import and export"), and the memories it holds
-    by user when it is an export."""
+@dataclass
+class JsonlFile:
+    """What a JSON Lines file holds: chunks to post, and, when it is an export, its records by user."""
+
+    chunks: list[ImportChunk]
+    export: dict[str, Any] | None = None  # the export's header line
+    records: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+
+    def memories(self) -> dict[str, list[dict[str, Any]]]:
+        return {user: kinds["memories"] for user, kinds in self.records.items() if kinds["memories"]}
+
+
+def read_jsonl(path: Path, user: str | None = None) -> JsonlFile:
+    """The chunks of a JSON Lines file (docs/api.md, "Import and export") and, when it is an export,
+    its records by user (all of them under `user`, if given)."""
     bodies: list[dict[str, Any]] = []
     keys: list[str | None] = []
-    memories: dict[str, list[dict[str, Any]]] = {}
+    found = JsonlFile(chunks=[])
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -140,21 +152,59 @@ def read_jsonl(path: Path) -> tuple[list[ImportChunk], dict[str, list[dict[str, 
         if not isinstance(record, dict):
             raise UnreadableImportError(f"{path}:{number}: expected a JSON object")
         kind = record.get("type", "chunk")
-        if kind == "memory":
-            memories.setdefault(str(record.get("user_id")), []).append(record)
+        if kind == "export":
+            found.export = record
             continue
+        owner = user or str(record.get("user_id"))
+        if kind in ("memory", "changeset", "chunk") and found.export is not None:
+            kinds = found.records.setdefault(owner, {"chunks": [], "changesets": [], "memories": []})
+            kinds[f"{kind}s" if kind != "memory" else "memories"].append(record)
         if kind != "chunk":
-            continue  # the export's header, its changesets: history, not something to post
+            continue
         if not isinstance(record.get("user_id"), str) or not isinstance(record.get("messages"), list):
             raise UnreadableImportError(
                 f"{path}:{number}: a chunk needs `user_id` (a string) and `messages` (a list)"
             )
-        bodies.append({k: record[k] for k in _CHUNK_FIELDS if record.get(k) is not None})
+        body = {k: record[k] for k in _CHUNK_FIELDS if record.get(k) is not None}
+        if user:
+            body["user_id"] = user
+        bodies.append(body)
         key = record.get("idempotency_key")
-        keys.append(str(key) if key else None)
+        keys.append(str(key) if key and not user else None)
     derived = keyed("jsonl", bodies)
-    chunks = [ImportChunk(c.body, key or c.idempotency_key) for c, key in zip(derived, keys, strict=True)]
-    return chunks, memories
+    found.chunks = [
+        ImportChunk(c.body, key or c.idempotency_key) for c, key in zip(derived, keys, strict=True)
+    ]
+    return found
+
+
+def load_history(
+    client: Client,
+    records: dict[str, dict[str, list[dict[str, Any]]]],
+    *,
+    console: Console,
+    max_bytes: int = 256 * 1024,
+    max_records: int = 200,
+) -> Counter[str]:
+    """Load each user's exported records as they were written (`POST /v1/admin/users/{u}/import`), in
+    batches of at most `max_records` records and about `max_bytes`; rows written per kind."""
+    written: Counter[str] = Counter()
+    total = sum(len(items) for kinds in records.values() for items in kinds.values())
+    with _progress(console) as progress:
+        task = progress.add_task("loading history", total=total)
+        for user_id, kinds in records.items():
+            for kind in ("changesets", "chunks", "memories"):
+                batch: list[dict[str, Any]] = []
+                size = 0
+                for record in [*kinds[kind], None]:
+                    if record is not None:
+                        batch.append(record)
+                        size += len(msgspec.json.encode(record))
+                    if batch and (record is None or size >= max_bytes or len(batch) >= max_records):
+                        written.update(client.import_user(user_id, {kind: batch}).written)
+                        progress.advance(task, len(batch))
+                        batch, size = [], 0
+    return written
 
 
 @dataclass
@@ -316,18 +366,58 @@ def import_jsonl(
     file: Annotated[Path, typer.Argument(help="One chunk per line, or a `memstore export` file.")],
     url: Url = "http://127.0.0.1:8000",
     key: Key = "",
+    user: Annotated[str | None, typer.Option(help="Load everything for this user id instead.")] = None,
+    replay: Annotated[
+        bool, typer.Option(help="An export: post its chunks for this instance's writer, not its history.")
+    ] = False,
     wait: Wait = True,
     batch_size: BatchSize = 50,
     timeout_s: Timeout = 600.0,
 ) -> None:
-    """Post the chunks of a JSON Lines file in order; an export's bank is then compared with the result."""
+    """Post the chunks of a JSON Lines file in order; load an export's history as it was written (or,
+    with --replay, post its chunks). An export's bank is then compared with the result."""
     _need_key(key)
     try:
-        chunks, memories = read_jsonl(file)
+        found = read_jsonl(file, user)
     except UnreadableImportError as exc:
         typer.echo(f"memstore: {exc}", err=True)
         raise typer.Exit(1) from exc
-    _run_import(url, key, chunks, batch_size=batch_size, wait=wait, timeout_s=timeout_s, expected=memories)
+    if found.export is None or replay:
+        _run_import(
+            url,
+            key,
+            found.chunks,
+            batch_size=batch_size,
+            wait=wait,
+            timeout_s=timeout_s,
+            expected=found.memories(),
+        )
+        return
+    console = _console()
+    try:
+        with Client(url, key) as client:
+            written = load_history(client, found.records, console=console)
+            console.print(
+                "written: "
+                + ", ".join(f"{written[k]} {k}" for k in ("changesets", "chunks", "memories", "versions"))
+            )
+            unfinished = [
+                c["chunk_id"]
+                for kinds in found.records.values()
+                for c in kinds["chunks"]
+                if c.get("status") in ("queued", "processing")
+            ]
+            if wait and unfinished:
+                with _progress(console) as progress:
+                    states = _wait(client, [str(i) for i in unfinished], timeout_s, progress)
+                console.print(
+                    "unfinished chunks now " + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+                )
+            else:
+                _verify(client, found.memories(), console)
+    except MemstoreError as exc:
+        console.print(f"[red]memstore: {exc}[/red]", highlight=False)
+        raise typer.Exit(1) from exc
 
 
 def export(
@@ -387,14 +477,16 @@ def export_user(client: Client, user_id: str, sink: IO[str], console: Console) -
 def _chunk_record(chunk: models.ChunkStatus) -> dict[str, Any]:
     record: dict[str, Any] = {
         "type": "chunk",
+        "chunk_id": chunk.chunk_id,
         "user_id": chunk.user_id,
         "messages": [_message(m) for m in chunk.messages or []],
         "idempotency_key": f"export:{chunk.chunk_id}",
         "seq": chunk.seq,
         "status": chunk.status,
         "received_at": chunk.received_at,
+        "attempts": chunk.attempts,
     }
-    for name in ("agent_id", "run_id", "writer", "metadata"):
+    for name in ("agent_id", "run_id", "writer", "metadata", "applied_at", "changeset_id", "error"):
         value = getattr(chunk, name)
         if value:
             record[name] = value

@@ -126,6 +126,22 @@ class AsyncClient:
     async def history(self, memory_id: uuid.UUID | str) -> models.History:
         return await self.send(c.get(f"/v1/memories/{memory_id}/history", models.History))
 
+    async def edit_memory(
+        self,
+        memory_id: uuid.UUID | str,
+        *,
+        content: str | None = None,
+        tags: Sequence[str] | None = None,
+        reason: str | None = None,
+    ) -> models.Memory:
+        """A hand edit: a new version (op UPDATE) under this key."""
+        body = {"content": content, "tags": list(tags) if tags is not None else None, "reason": reason}
+        return await self.send(c.patch(f"/v1/memories/{memory_id}", models.Memory, body))
+
+    async def delete_memory(self, memory_id: uuid.UUID | str, *, reason: str | None = None) -> models.Memory:
+        """A soft delete: a new version with status deleted."""
+        return await self.send(c.delete(f"/v1/memories/{memory_id}", models.Memory, reason=reason))
+
     async def explain(self, memory_id: uuid.UUID | str, *, raw_output: bool = False) -> models.Explanation:
         """Each version beside its source messages, the writer's view and its changeset."""
         return await self.send(
@@ -185,6 +201,12 @@ class AsyncClient:
 
     async def verify_audit(self) -> models.AuditVerdict:
         return await self.send(c.get("/v1/admin/audit/verify", models.AuditVerdict))
+
+    async def import_user(
+        self, user_id: str, records: Mapping[str, Sequence[Mapping[str, Any]]]
+    ) -> models.Imported:
+        """Load a batch of a `memstore export` (`chunks`, `changesets`, `memories`) as it was written."""
+        return await self.send(c.import_user(user_id, records))
 
     async def create_key(self, name: str, roles: Sequence[str]) -> models.NewKey:
         return await self.send(c.create_key(name, roles))

@@ -170,6 +170,14 @@ def post(path: str, answer: type[T], body: dict[str, Any]) -> Call[T]:
     return Call("POST", path, answer, body={k: v for k, v in body.items() if v is not None})
 
 
+def patch(path: str, answer: type[T], body: dict[str, Any]) -> Call[T]:
+    return Call("PATCH", path, answer, body={k: v for k, v in body.items() if v is not None})
+
+
+def delete(path: str, answer: type[T], **params: Any) -> Call[T]:
+    return Call("DELETE", path, answer, params=params)
+
+
 class _Search(msgspec.Struct):
     results: list[models.SearchResult]
 
@@ -298,6 +306,14 @@ def list_audit(
     since: datetime | None = None, action: str | None = None, limit: int = 100, cursor: str | None = None
 ) -> Call[models.AuditPage]:
     return get("/v1/admin/audit", models.AuditPage, since=since, action=action, limit=limit, cursor=cursor)
+
+
+def import_user(user_id: str, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> Call[models.Imported]:
+    body = {kind: list(records.get(kind, ())) for kind in ("chunks", "changesets", "memories")}
+    # Loading a batch twice writes nothing the second time: safe to repeat.
+    return Call(
+        "POST", f"/v1/admin/users/{_path(user_id)}/import", models.Imported, body=body, repeatable=True
+    )
 
 
 def create_key(name: str, roles: Sequence[str]) -> Call[models.NewKey]:

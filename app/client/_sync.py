@@ -125,6 +125,22 @@ class Client:
     def history(self, memory_id: uuid.UUID | str) -> models.History:
         return self.send(c.get(f"/v1/memories/{memory_id}/history", models.History))
 
+    def edit_memory(
+        self,
+        memory_id: uuid.UUID | str,
+        *,
+        content: str | None = None,
+        tags: Sequence[str] | None = None,
+        reason: str | None = None,
+    ) -> models.Memory:
+        """A hand edit: a new version (op UPDATE) under this key."""
+        body = {"content": content, "tags": list(tags) if tags is not None else None, "reason": reason}
+        return self.send(c.patch(f"/v1/memories/{memory_id}", models.Memory, body))
+
+    def delete_memory(self, memory_id: uuid.UUID | str, *, reason: str | None = None) -> models.Memory:
+        """A soft delete: a new version with status deleted."""
+        return self.send(c.delete(f"/v1/memories/{memory_id}", models.Memory, reason=reason))
+
     def explain(self, memory_id: uuid.UUID | str, *, raw_output: bool = False) -> models.Explanation:
         """Each version beside its source messages, the writer's view and its changeset."""
         return self.send(
@@ -182,6 +198,12 @@ class Client:
 
     def verify_audit(self) -> models.AuditVerdict:
         return self.send(c.get("/v1/admin/audit/verify", models.AuditVerdict))
+
+    def import_user(
+        self, user_id: str, records: Mapping[str, Sequence[Mapping[str, Any]]]
+    ) -> models.Imported:
+        """Load a batch of a `memstore export` (`chunks`, `changesets`, `memories`) as it was written."""
+        return self.send(c.import_user(user_id, records))
 
     def create_key(self, name: str, roles: Sequence[str]) -> models.NewKey:
         return self.send(c.create_key(name, roles))

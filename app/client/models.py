@@ -102,6 +102,8 @@ class Version(msgspec.Struct):
     tags: list[str] = msgspec.field(default_factory=list)
     supersedes: list[uuid.UUID] | None = None
     superseded_by: uuid.UUID | None = None
+    owner: str | None = None
+    memory_at: datetime | None = None
 
 
 class History(msgspec.Struct):
@@ -231,3 +233,10 @@ class AuditVerdict(msgspec.Struct):
 class NewKey(msgspec.Struct):
     id: uuid.UUID
     key: str
+
+
+class Imported(msgspec.Struct):
+    """Rows a batch of an export wrote here, per kind (none for records already loaded)."""
+
+    user_id: str
+    written: dict[str, int]

@@ -27,6 +27,7 @@ from app.domain.search.controllers import SearchController
 from app.domain.search.services import Searcher
 from app.domain.shadows.controllers import ShadowController
 from app.domain.system.controllers import SystemController
+from app.domain.transfer.controllers import TransferController
 from app.embeddings import embedder_from_settings
 from app.lib.errors import EXCEPTION_HANDLERS
 from app.lib.logging import configure_logging
@@ -57,6 +58,7 @@ ROUTE_HANDLERS = [
     ReviewController,
     AnswerController,
     ConsoleReadsController,
+    TransferController,
     console_router(),
 ]
 

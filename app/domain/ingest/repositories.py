@@ -41,6 +41,16 @@ class ScopeRepository:
         rows = await self.session.execute(_ALLOCATE_SEQS, params)
         return {(r.tenant_id, r.user_id): int(r.last_seq) for r in rows}
 
+    async def raise_last_seq(self, tenant_id: uuid.UUID, user_id: str, seq: int) -> None:
+        """The user's chunk numbering continues after `seq` (chunks imported with their numbers)."""
+        stmt = insert(_scopes).values(tenant_id=tenant_id, user_id=user_id, last_seq=seq)
+        await self.session.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[_scopes.c.tenant_id, _scopes.c.user_id],
+                set_={"last_seq": func.greatest(_scopes.c.last_seq, stmt.excluded.last_seq)},
+            )
+        )
+
     async def page(
         self, tenant_id: uuid.UUID, *, prefix: str | None, after: str | None, limit: int
     ) -> Sequence[Scope]:
@@ -117,6 +127,28 @@ class ChunkRepository:
             stmt = stmt.where(tuple_(Chunk.received_at, Chunk.id) < tuple_(*before))
         stmt = stmt.order_by(Chunk.received_at.desc(), Chunk.id.desc()).limit(limit)
         return (await self.session.scalars(stmt)).all()
+
+    async def ids_at_seqs(
+        self, tenant_id: uuid.UUID, user_id: str, seqs: Sequence[int]
+    ) -> dict[int, uuid.UUID]:
+        """Which chunk holds each of these numbers of the user's sequence."""
+        if not seqs:
+            return {}
+        rows = await self.session.execute(
+            select(Chunk.seq, Chunk.id).where(
+                Chunk.tenant_id == tenant_id, Chunk.user_id == user_id, Chunk.seq.in_(list(set(seqs)))
+            )
+        )
+        return {int(seq): chunk_id for seq, chunk_id in rows}
+
+    async def insert_imported(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Chunks of another instance's export (`transfer`); those already here are left as they are.
+        How many were new."""
+        if not rows:
+            return 0
+        table = cast("Table", Chunk.__table__)
+        stmt = insert(table).on_conflict_do_nothing(index_elements=[table.c.id]).returning(table.c.id)
+        return len((await self.session.execute(stmt, list(rows))).all())
 
     async def by_idempotency_keys(
         self, pairs: Sequence[tuple[uuid.UUID, str]]

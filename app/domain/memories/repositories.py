@@ -10,6 +10,7 @@ from typing import Any, cast
 
 from sqlalchemy import Table, any_, bindparam, func, insert, select, text, true, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import vector_text
@@ -377,3 +378,25 @@ class ChangesetRepository:
     async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
         if rows:
             await self.session.execute(insert(CHANGESETS), list(rows))
+
+    async def insert_imported(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Changesets of another instance's export (`transfer`); those already here are left as they
+        are. How many were new."""
+        return await _insert_new(self.session, CHANGESETS, rows)
+
+
+async def _insert_new(session: AsyncSession, table: Table, rows: Sequence[dict[str, Any]]) -> int:
+    """INSERT ... ON CONFLICT DO NOTHING: how many of `rows` were new."""
+    if not rows:
+        return 0
+    key = next(iter(table.primary_key.columns))
+    stmt = pg_insert(table).on_conflict_do_nothing().returning(key)
+    return len((await session.execute(stmt, list(rows))).all())
+
+
+async def insert_imported_memories(
+    session: AsyncSession, heads: Sequence[dict[str, Any]], versions: Sequence[dict[str, Any]]
+) -> tuple[int, int]:
+    """Memories and versions of another instance's export (`transfer`), as they were written there;
+    those already here are left as they are. How many heads and versions were new."""
+    return await _insert_new(session, MEMORIES, heads), await _insert_new(session, VERSIONS, versions)

@@ -1,6 +1,7 @@
 """`memstore import` and `memstore export`, run as a user runs them, against the real service and a
 real worker: LoCoMo conversation 1 is imported with every chunk applied and a second import creates
-nothing; a user's export loaded into a fresh instance reproduces the bank and its version count."""
+nothing; a user's export loaded into a fresh instance reproduces the bank, its versions and its past,
+hand edits and rollbacks included, and a second load writes nothing."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -16,10 +18,12 @@ import redis.asyncio as aioredis
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.client import Client
 from app.config import Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.models import Changeset, Chunk, MemoryVersion
 from tests.conftest import Servers, TenantKeys, fresh_database, make_tenant
+from tests.support.history import db_now
 from tests.support.live import live_api
 from tests.support.workers import running_worker
 
@@ -89,7 +93,13 @@ async def fresh_instance(
         yield settings.model_copy(update={"database_url": database_url, "redis_url": redis_url})
 
 
-async def test_an_export_loaded_into_a_fresh_instance_reproduces_the_bank_and_its_versions(
+def _bank_as_of(client: Client, user: str, when: datetime) -> list[tuple[str, str, int]]:
+    return sorted(
+        (m.content, m.status, m.version) for m in client.iter_memories(user, status="all", as_of=when)
+    )
+
+
+async def test_an_export_loaded_into_a_fresh_instance_reproduces_the_bank_and_its_history(
     settings: Settings,
     tenant: TenantKeys,
     sessionmaker: async_sessionmaker[AsyncSession],
@@ -102,6 +112,17 @@ async def test_an_export_loaded_into_a_fresh_instance_reproduces_the_bank_and_it
             "import", "locomo", str(LOCOMO), "--conversations", "1", "--url", url, key=tenant.admin_key
         )
         assert code == 0, output
+        written_by_model = await db_now(sessionmaker)
+
+        def edit_then_roll_back() -> tuple[list[tuple[str, str, int]], str]:
+            """A hand edit and an admin rollback on top of what the writer wrote: history no writer makes."""
+            with Client(url, tenant.admin_key) as source:
+                memory = next(source.iter_memories("conv-26"))
+                source.edit_memory(memory.id, content="An admin's correction.", reason="typo")
+                source.rollback(memory.id, 1, reason="the writer was right")
+                return _bank_as_of(source, "conv-26", written_by_model), memory.content
+
+        bank_then, rolled_back = await asyncio.to_thread(edit_then_roll_back)
         code, output = await memstore(
             "export", "--user", "conv-26", "--out", str(export), "--url", url, key=tenant.admin_key
         )
@@ -126,19 +147,50 @@ async def test_an_export_loaded_into_a_fresh_instance_reproduces_the_bank_and_it
                 "import", "jsonl", str(export), "--url", url, key=fresh_tenant.admin_key
             )
             assert code == 0, output
-            assert "19 chunks posted: 19 new" in output
-            assert (
-                f"bank of conv-26 reproduced: {kinds.count('memory')} memories, {source['versions']} versions"
-                in (output)
-            )
-            # Loading it again is a no-op.
+            memories = kinds.count("memory")
+            assert f"bank of conv-26 reproduced: {memories} memories, {source['versions']} versions" in output
+            copied = await counts(fresh_sessions)
+
+            def the_copy() -> tuple[list[tuple[str, str, int]], list[str], list[str]]:
+                with Client(url, fresh_tenant.admin_key) as copy:
+                    memory = next(m for m in copy.iter_memories("conv-26") if m.content == rolled_back)
+                    explained = copy.explain(memory.id)
+                    ops = [v.version.op for v in explained.versions]
+                    source_chunk = explained.versions[0].source
+                    assert source_chunk is not None
+                    said = [str(m["content"]) for m in source_chunk.messages]
+                    return _bank_as_of(copy, "conv-26", written_by_model), ops, said
+
+            copy_then, ops, said = await asyncio.to_thread(the_copy)
+            assert copy_then == bank_then  # the time control sees the same past
+            assert ops == ["ADD", "UPDATE", "ROLLBACK"]
+            assert said  # its version 1 still shows the messages it came from
+
+            # Loading it again writes nothing.
             code, output = await memstore(
                 "import", "jsonl", str(export), "--url", url, key=fresh_tenant.admin_key
             )
             assert code == 0, output
-            assert "0 new, 19 already there" in output
-        copied = await counts(fresh_sessions)
+            assert "written: 0 changesets, 0 chunks, 0 memories, 0 versions" in output
+            assert await counts(fresh_sessions) == copied
+
+            # Replayed through this instance's writer instead, the admin's edits are not made again:
+            # the import says how the bank differs, and fails.
+            code, output = await memstore(
+                "import",
+                "jsonl",
+                str(export),
+                "--replay",
+                "--user",
+                "conv-26-replayed",
+                "--url",
+                url,
+                key=fresh_tenant.admin_key,
+            )
+            assert code == 1, output
+            assert "bank of conv-26-replayed differs from the export" in output
     finally:
         await engine.dispose()
     assert copied["versions"] == source["versions"]
+    assert copied["changesets"] == source["changesets"]
     assert copied["chunks"] == copied["applied"] == 19
