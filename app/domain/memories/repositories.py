@@ -397,6 +397,17 @@ async def _insert_new(session: AsyncSession, table: Table, rows: Sequence[dict[s
 async def insert_imported_memories(
     session: AsyncSession, heads: Sequence[dict[str, Any]], versions: Sequence[dict[str, Any]]
 ) -> tuple[int, int]:
-    """Memories and versions of another instance's export (`transfer`), as they were written there;
-    those already here are left as they are. How many heads and versions were new."""
-    return await _insert_new(session, MEMORIES, heads), await _insert_new(session, VERSIONS, versions)
+    """Memories and versions of another instance's export (`transfer`), as they were written there.
+    Versions already here are left as they are; a head moves only to a later version (a later export of
+    the same user). How many heads were written and versions were new."""
+    written = 0
+    if heads:
+        insert_heads = pg_insert(MEMORIES)
+        changed = ("content", "tags", "owner", "memory_at", "status", "version", "embedding", "changeset_id")
+        upsert = insert_heads.on_conflict_do_update(
+            index_elements=[_m.id],
+            set_={name: insert_heads.excluded[name] for name in (*changed, "updated_at")},
+            where=_m.version < insert_heads.excluded.version,
+        ).returning(_m.id)
+        written = len((await session.execute(upsert, list(heads))).all())
+    return written, await _insert_new(session, VERSIONS, versions)

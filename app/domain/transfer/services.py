@@ -105,6 +105,10 @@ async def import_batch(
     vectors = dict(zip(texts, await embedder.embed(texts), strict=True)) if texts else {}
     importer = Importer(tenant_id, user_id)
     chunks = ChunkRepository(session)
+    if batch.chunks:
+        # Numbering goes on after the imported chunks; the scope row stays locked until the commit, so
+        # an ingestion of the user cannot take one of their numbers between the check and the insert.
+        await ScopeRepository(session).raise_last_seq(tenant_id, user_id, max(c.seq for c in batch.chunks))
     held = await chunks.ids_at_seqs(tenant_id, user_id, [c.seq for c in batch.chunks])
     taken = sorted(
         c.seq for c in batch.chunks if held.get(c.seq, importer.id(c.chunk_id)) != importer.id(c.chunk_id)
@@ -124,8 +128,6 @@ async def import_batch(
         "chunks": await chunks.insert_imported([_chunk_row(importer, c) for c in batch.chunks]),
     }
     written["memories"], written["versions"] = await insert_imported_memories(session, heads, versions)
-    if batch.chunks:
-        await ScopeRepository(session).raise_last_seq(tenant_id, user_id, max(c.seq for c in batch.chunks))
     if any(written.values()):
         await record_event(
             session,

@@ -145,6 +145,19 @@ async def test_an_export_lands_as_written_once_under_this_tenants_ids(
     again = await client.post("/v1/admin/users/ana/import", json=exported(), headers=tenant.admin)
     assert again.json()["written"] == {"changesets": 0, "chunks": 0, "memories": 0, "versions": 0}
 
+    # A later export of the same user: what it adds lands, the rest is already here.
+    later = exported()
+    deleted = {**later["memories"][0]["versions"][1], "version": 3, "op": "DELETE", "status": "deleted"}
+    later["memories"][0] |= {
+        "version": 3,
+        "status": "deleted",
+        "versions": [*later["memories"][0]["versions"], deleted],
+    }
+    grown = await client.post("/v1/admin/users/ana/import", json=later, headers=tenant.admin)
+    assert grown.json()["written"] == {"changesets": 0, "chunks": 0, "memories": 1, "versions": 1}
+    now = (await client.get(f"/v1/memories/{memory['id']}", headers=tenant.admin)).json()
+    assert (now["version"], now["status"]) == (3, "deleted")
+
     # Another tenant loading the same export gets rows of its own; neither sees the other's.
     theirs = await client.post("/v1/admin/users/ana/import", json=exported(), headers=other_tenant.admin)
     assert theirs.json()["written"] == {"changesets": 2, "chunks": 1, "memories": 1, "versions": 2}
