@@ -132,32 +132,6 @@ class Candidate(msgspec.Struct):
     status: str | None
 
 
-class ChangesetBrief(msgspec.Struct):
-    id: uuid.UUID
-    kind: str
-    status: str
-    actor: str
-    created_at: datetime
-    reason: str | None = None
-    ops: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    guards: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    usage: dict[str, Any] = msgspec.field(default_factory=dict)
-    target: dict[str, Any] = msgspec.field(default_factory=dict)
-    raw_output: str | None = None
-
-
-class ExplainedVersion(msgspec.Struct):
-    version: Version
-    changeset: ChangesetBrief | None
-    source: SourceChunk | None
-    candidates: list[Candidate] | None
-
-
-class Explanation(msgspec.Struct):
-    memory: Memory
-    versions: list[ExplainedVersion]
-
-
 class Changeset(msgspec.Struct):
     id: uuid.UUID
     user_id: str
@@ -176,6 +150,18 @@ class Changeset(msgspec.Struct):
     target: dict[str, Any] = msgspec.field(default_factory=dict)
     reason: str | None = None
     raw_output: str | None = None
+
+
+class ExplainedVersion(msgspec.Struct):
+    version: Version
+    changeset: Changeset | None
+    source: SourceChunk | None
+    candidates: list[Candidate] | None
+
+
+class Explanation(msgspec.Struct):
+    memory: Memory
+    versions: list[ExplainedVersion]
 
 
 class ChangesetPage(Page):

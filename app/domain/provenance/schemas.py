@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from app.domain.history.schemas import ChangesetOut
 from app.domain.memories.schemas import MemoryOut, VersionOut
 from app.lib.schemas import Out
 
@@ -38,28 +39,11 @@ class CandidateOut(msgspec.Struct):
     status: str | None
 
 
-class ChangesetBriefOut(Out):
-    """The changeset that wrote a version: what kind of write, its state now, the ops it recorded and
-    the guards that fired. `raw_output` only with `?raw_output=true` (admin keys; audited)."""
-
-    id: uuid.UUID
-    kind: str
-    status: str
-    actor: str
-    reason: str | None
-    created_at: datetime
-    ops: list[dict[str, Any]]
-    guards: list[dict[str, Any]]
-    usage: dict[str, Any]
-    target: dict[str, Any]
-    raw_output: str | None = None
-
-
 class ExplainedVersion(msgspec.Struct):
     """One version with everything that explains it."""
 
     version: VersionOut
-    changeset: ChangesetBriefOut | None
+    changeset: ChangesetOut | None  # `raw_output` only with `?raw_output=true` (admin keys; audited)
     source: SourceChunkOut | None  # None for hand edits and admin undo
     candidates: list[CandidateOut] | None  # None: not a writer's version, or not recorded
 

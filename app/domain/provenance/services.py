@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.domain.audit.repositories import AuditRepository
 from app.domain.audit.services import event_row
 from app.domain.history.repositories import HistoryRepository
+from app.domain.history.schemas import ChangesetOut
 from app.domain.ingest.repositories import ChunkRepository
 from app.domain.memories.repositories import MemoryRepository, VersionRepository
 from app.domain.memories.schemas import MemoryOut, VersionOut
@@ -24,7 +25,6 @@ from app.domain.pipeline.repositories import PipelineRepository
 from app.domain.provenance.repositories import WriterViewRepository
 from app.domain.provenance.schemas import (
     CandidateOut,
-    ChangesetBriefOut,
     ExplainedVersion,
     ExplainOut,
     SourceChunkOut,
@@ -102,11 +102,8 @@ async def explain_memory(
                         status=seen.status if seen else None,
                     )
                 )
-        brief = None
-        if changeset is not None:
-            brief = ChangesetBriefOut.of(changeset)
-            brief.raw_output = changeset.raw_output if raw_output else None
-        explained.append(ExplainedVersion(VersionOut.of(version), brief, source, candidates))
+        written_by = None if changeset is None else ChangesetOut.of(changeset, raw=raw_output)
+        explained.append(ExplainedVersion(VersionOut.of(version), written_by, source, candidates))
 
     if raw_output:
         read = [c for c in changesets.values() if c.raw_output is not None]

@@ -128,9 +128,9 @@
             const result = await api("POST", path, {
               body: { ...body, dry_run: false, ...(conflicts.length ? { force: force.checked } : {}) },
             });
-            say(`Done: ${what} wrote ${result.diff.length} new version(s).`);
             box.replaceChildren();
             if (done) await done(result);
+            say(`Done: ${what} wrote ${result.diff.length} new version(s).`);
           } catch (error) {
             confirm.disabled = false;
             failed(error);
