@@ -20,7 +20,7 @@ import httpx
 import structlog
 import typer
 
-from app import cli_eval, cli_history, cli_search, cli_shadows
+from app import cli_eval, cli_history, cli_search, cli_shadows, cli_transfer
 from app.config import Settings, get_settings
 from app.lib.logging import configure_logging
 
@@ -350,6 +350,7 @@ cli_eval.register(cli)
 cli_history.register(cli)
 cli_search.register(cli)
 cli_shadows.register(cli)
+cli_transfer.register(cli)
 
 
 def main() -> None:

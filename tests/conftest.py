@@ -8,6 +8,7 @@ are isolated without sharing rows or cleaning up.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -117,21 +118,30 @@ async def template_database(servers: Servers) -> str:
     return TEMPLATE_DB
 
 
-@pytest.fixture
-async def owner_database_url(servers: Servers, template_database: str) -> AsyncIterator[str]:
-    """A fresh, migrated database for this test alone, as its tables' owner."""
+@contextlib.asynccontextmanager
+async def fresh_database(servers: Servers, template_database: str) -> AsyncIterator[str]:
+    """A migrated database copied from the template, dropped afterwards; yields its URL as the owner."""
     name = f"memstore_test_{os.getpid()}_{next(_db_counter)}"
     conn = await _admin_connect(servers)
     try:
         await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
     finally:
         await conn.close()
-    yield servers.url_for(name)
-    conn = await _admin_connect(servers)
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        yield servers.url_for(name)
     finally:
-        await conn.close()
+        conn = await _admin_connect(servers)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+
+@pytest.fixture
+async def owner_database_url(servers: Servers, template_database: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test alone, as its tables' owner."""
+    async with fresh_database(servers, template_database) as url:
+        yield url
 
 
 @pytest.fixture

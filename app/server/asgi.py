@@ -16,15 +16,18 @@ from app.domain.accounts.controllers import ApiKeyController, TenantSettingsCont
 from app.domain.accounts.key_events import KeyEvents
 from app.domain.answer.controllers import AnswerController
 from app.domain.answer.reader import reader_from_settings
+from app.domain.console.controllers import ConsoleReadsController, console_router
 from app.domain.history.controllers import AdminHistoryController, AuditController
 from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.controllers import ChunkController
 from app.domain.memories.controllers import MemoryController
+from app.domain.provenance.controllers import ProvenanceController
 from app.domain.reviews.controllers import ReviewController
 from app.domain.search.controllers import SearchController
 from app.domain.search.services import Searcher
 from app.domain.shadows.controllers import ShadowController
 from app.domain.system.controllers import SystemController
+from app.domain.transfer.controllers import TransferController
 from app.embeddings import embedder_from_settings
 from app.lib.errors import EXCEPTION_HANDLERS
 from app.lib.logging import configure_logging
@@ -47,12 +50,16 @@ ROUTE_HANDLERS = [
     TenantSettingsController,
     ChunkController,
     MemoryController,
+    ProvenanceController,
     AdminHistoryController,
     AuditController,
     SearchController,
     ShadowController,
     ReviewController,
     AnswerController,
+    ConsoleReadsController,
+    TransferController,
+    console_router(),
 ]
 
 

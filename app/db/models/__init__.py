@@ -12,6 +12,7 @@ from app.db.models.memory_version import MemoryVersion
 from app.db.models.review import Review
 from app.db.models.scope import Scope
 from app.db.models.tenant import Tenant
+from app.db.models.writer_view import WriterView
 
 __all__ = [
     "ApiKey",
@@ -25,4 +26,5 @@ __all__ = [
     "Review",
     "Scope",
     "Tenant",
+    "WriterView",
 ]

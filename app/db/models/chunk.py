@@ -43,6 +43,13 @@ class Chunk(Base):
             "updated_at",
             postgresql_where=text("status IN ('queued', 'processing')"),
         ),
+        # The admin's list of failed chunks, newest first; failed chunks are few, so is this index.
+        Index(
+            "ix_chunks_failed",
+            "tenant_id",
+            "received_at",
+            postgresql_where=text("status = 'failed'"),
+        ),
         CheckConstraint(f"status IN {CHUNK_STATUSES!r}", name="status"),
     )
 

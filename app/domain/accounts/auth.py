@@ -30,8 +30,9 @@ from app.lib import metrics
 from app.lib.ratelimit import NO_LIMIT, Limit
 from app.lib.security import has_role, hash_api_key
 
-# Routes reachable without a key (health checks, metrics scrapers, the OpenAPI document).
-PUBLIC_PATHS = ["^/health$", "^/ready$", "^/metrics$", "^/schema"]
+# Routes reachable without a key (health checks, metrics scrapers, the OpenAPI document, the admin
+# console's static files, which hold nothing of a tenant's: the page asks for a key and sends it).
+PUBLIC_PATHS = ["^/health$", "^/ready$", "^/metrics$", "^/schema", "^/admin(/|$)"]
 # No key is longer; a longer one is refused before it is hashed or looked up.
 MAX_KEY_CHARS = 256
 # `last_used_at` is stamped at most this often per key.

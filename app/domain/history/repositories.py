@@ -367,6 +367,42 @@ class HistoryRepository:
             stmt = stmt.with_for_update()
         return (await self.session.scalars(stmt)).all()
 
+    async def changesets_by_ids(
+        self, tenant_id: uuid.UUID, changeset_ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, Changeset]:
+        """The tenant's changesets among `changeset_ids`, by id."""
+        if not changeset_ids:
+            return {}
+        rows = await self.session.scalars(
+            select(Changeset).where(
+                Changeset.tenant_id == tenant_id, Changeset.id.in_(list(set(changeset_ids)))
+            )
+        )
+        return {c.id: c for c in rows}
+
+    async def changeset_counts(
+        self,
+        tenant_id: uuid.UUID,
+        *,
+        user_id: str | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> list[dict[str, Any]]:
+        """Changesets counted by kind, writer, model and status, with the first and last of each."""
+        c = Changeset
+        stmt = select(
+            c.kind, c.writer, c.model, c.status, func.count(), func.min(c.created_at), func.max(c.created_at)
+        ).where(c.tenant_id == tenant_id)
+        if user_id is not None:
+            stmt = stmt.where(c.user_id == user_id)
+        if since is not None:
+            stmt = stmt.where(c.created_at >= since)
+        if until is not None:
+            stmt = stmt.where(c.created_at < until)
+        stmt = stmt.group_by(c.kind, c.writer, c.model, c.status).order_by(func.count().desc(), c.kind)
+        keys = ("kind", "writer", "model", "status", "count", "first_at", "last_at")
+        return [dict(zip(keys, row, strict=True)) for row in await self.session.execute(stmt)]
+
     async def mark_reverted(self, changeset_ids: Sequence[uuid.UUID]) -> None:
         if changeset_ids:
             await self.session.execute(

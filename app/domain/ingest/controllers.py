@@ -24,7 +24,9 @@ IdempotencyKey = Annotated[
 
 
 def _accepted(result: services.Accepted) -> ChunkAccepted:
-    return ChunkAccepted(chunk_id=result.chunk_id, seq=result.seq, status=result.status)
+    return ChunkAccepted(
+        chunk_id=result.chunk_id, seq=result.seq, status=result.status, replayed=result.replayed
+    )
 
 
 class ChunkController(Controller):
@@ -83,20 +85,4 @@ class ChunkController(Controller):
         db_session: NamedDependency[AsyncSession],
     ) -> ChunkStatus:
         chunk = await services.get_chunk(db_session, request.user.tenant_id, chunk_id)
-        return ChunkStatus(
-            chunk_id=chunk.id,
-            user_id=chunk.user_id,
-            agent_id=chunk.agent_id,
-            run_id=chunk.run_id,
-            seq=chunk.seq,
-            status=chunk.status,
-            attempts=chunk.attempts,
-            error=chunk.last_error,
-            changeset_id=chunk.changeset_id,
-            writer=chunk.writer,
-            received_at=chunk.received_at,
-            applied_at=chunk.applied_at,
-            usage=chunk.usage,
-            # It may quote the memories the writer was shown: only for keys that may read them.
-            raw_output=chunk.raw_output if request.user.roles & {"read", "admin"} else None,
-        )
+        return ChunkStatus.of(chunk, may_read=bool(request.user.roles & {"read", "admin"}))

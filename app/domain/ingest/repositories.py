@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, select, text, tuple_
+from sqlalchemy import Table, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -39,6 +40,27 @@ class ScopeRepository:
         # executemany form: one compiled statement whatever the batch size, sent as one multi-row VALUES.
         rows = await self.session.execute(_ALLOCATE_SEQS, params)
         return {(r.tenant_id, r.user_id): int(r.last_seq) for r in rows}
+
+    async def raise_last_seq(self, tenant_id: uuid.UUID, user_id: str, seq: int) -> None:
+        """The user's chunk numbering continues after `seq` (chunks imported with their numbers)."""
+        stmt = insert(_scopes).values(tenant_id=tenant_id, user_id=user_id, last_seq=seq)
+        await self.session.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[_scopes.c.tenant_id, _scopes.c.user_id],
+                set_={"last_seq": func.greatest(_scopes.c.last_seq, stmt.excluded.last_seq)},
+            )
+        )
+
+    async def page(
+        self, tenant_id: uuid.UUID, *, prefix: str | None, after: str | None, limit: int
+    ) -> Sequence[Scope]:
+        """A tenant's users (one scope each), in `user_id` order, those starting with `prefix` only."""
+        stmt = select(Scope).where(Scope.tenant_id == tenant_id)
+        if prefix:
+            stmt = stmt.where(func.starts_with(Scope.user_id, prefix))
+        if after is not None:
+            stmt = stmt.where(Scope.user_id > after)
+        return (await self.session.scalars(stmt.order_by(Scope.user_id).limit(limit))).all()
 
 
 _UNFINISHED = "c.status IN ('queued', 'processing')"  # the predicate of ix_chunks_scope_pending
@@ -76,6 +98,57 @@ class ChunkRepository:
         return await self.session.scalar(
             select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.id == chunk_id)
         )
+
+    async def many(self, tenant_id: uuid.UUID, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Chunk]:
+        """The tenant's chunks among `chunk_ids`, by id."""
+        if not chunk_ids:
+            return {}
+        rows = await self.session.scalars(
+            select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.id.in_(list(set(chunk_ids))))
+        )
+        return {c.id: c for c in rows}
+
+    async def page_by_status(
+        self,
+        tenant_id: uuid.UUID,
+        status: str | None,
+        *,
+        user_id: str | None,
+        before: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+    ) -> Sequence[Chunk]:
+        """A tenant's chunks in `status` (None: any), newest first (keyset on received_at, id; descending)."""
+        stmt = select(Chunk).where(Chunk.tenant_id == tenant_id)
+        if status is not None:
+            stmt = stmt.where(Chunk.status == status)
+        if user_id is not None:
+            stmt = stmt.where(Chunk.user_id == user_id)
+        if before is not None:
+            stmt = stmt.where(tuple_(Chunk.received_at, Chunk.id) < tuple_(*before))
+        stmt = stmt.order_by(Chunk.received_at.desc(), Chunk.id.desc()).limit(limit)
+        return (await self.session.scalars(stmt)).all()
+
+    async def ids_at_seqs(
+        self, tenant_id: uuid.UUID, user_id: str, seqs: Sequence[int]
+    ) -> dict[int, uuid.UUID]:
+        """Which chunk holds each of these numbers of the user's sequence."""
+        if not seqs:
+            return {}
+        rows = await self.session.execute(
+            select(Chunk.seq, Chunk.id).where(
+                Chunk.tenant_id == tenant_id, Chunk.user_id == user_id, Chunk.seq.in_(list(set(seqs)))
+            )
+        )
+        return {int(seq): chunk_id for seq, chunk_id in rows}
+
+    async def insert_imported(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Chunks of another instance's export (`transfer`); those already here are left as they are.
+        How many were new."""
+        if not rows:
+            return 0
+        table = cast("Table", Chunk.__table__)
+        stmt = insert(table).on_conflict_do_nothing(index_elements=[table.c.id]).returning(table.c.id)
+        return len((await self.session.execute(stmt, list(rows))).all())
 
     async def by_idempotency_keys(
         self, pairs: Sequence[tuple[uuid.UUID, str]]

@@ -51,6 +51,7 @@ class ChunkAccepted(msgspec.Struct):
     chunk_id: uuid.UUID
     seq: int
     status: str
+    replayed: bool = False  # an Idempotency-Key matched an earlier identical chunk: nothing new was stored
 
 
 class BatchAccepted(msgspec.Struct):
@@ -74,3 +75,34 @@ class ChunkStatus(msgspec.Struct):
     usage: dict[str, Any] = msgspec.field(default_factory=dict)
     # What the writer answered in the last failed attempt, for keys that may read memories.
     raw_output: str | None = None
+    # The chunk's messages and metadata as posted, for keys that may read memories.
+    messages: list[dict[str, Any]] | None = None
+    metadata: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, chunk: Any, *, may_read: bool) -> ChunkStatus:
+        """A chunk's progress; its messages, metadata and the writer's raw output (which may quote the
+        memories the writer was shown) only for keys that may read memories."""
+        return cls(
+            chunk_id=chunk.id,
+            user_id=chunk.user_id,
+            agent_id=chunk.agent_id,
+            run_id=chunk.run_id,
+            seq=chunk.seq,
+            status=chunk.status,
+            attempts=chunk.attempts,
+            error=chunk.last_error,
+            changeset_id=chunk.changeset_id,
+            writer=chunk.writer,
+            received_at=chunk.received_at,
+            applied_at=chunk.applied_at,
+            usage=chunk.usage,
+            raw_output=chunk.raw_output if may_read else None,
+            messages=chunk.messages if may_read else None,
+            metadata=chunk.metadata_ if may_read else None,
+        )
+
+
+class ChunkList(msgspec.Struct):
+    items: list[ChunkStatus]
+    next_cursor: str | None

@@ -10,6 +10,7 @@ from typing import Any, cast
 
 from sqlalchemy import Table, any_, bindparam, func, insert, select, text, true, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import vector_text
@@ -264,6 +265,19 @@ class MemoryRepository:
         rows = await self.session.execute(stmt)
         return [MemoryAsOf(row[0], tenant_id, *row[1:]) for row in rows]
 
+    async def count_active(self, tenant_id: uuid.UUID, user_ids: Sequence[str]) -> dict[str, int]:
+        """How many active memories each of these users has (the scope B-tree answers it)."""
+        if not user_ids:
+            return {}
+        rows = await self.session.execute(
+            select(Memory.user_id, func.count())
+            .where(
+                Memory.tenant_id == tenant_id, Memory.user_id.in_(list(user_ids)), Memory.status == "active"
+            )
+            .group_by(Memory.user_id)
+        )
+        return {user_id: int(n) for user_id, n in rows}
+
     async def closest_active(
         self, items: Sequence[tuple[uuid.UUID, str, Sequence[float]]]
     ) -> list[tuple[uuid.UUID, float] | None]:
@@ -344,6 +358,18 @@ class VersionRepository:
         )
         return (await self.session.scalars(stmt)).all()
 
+    async def at_versions(
+        self, tenant_id: uuid.UUID, pairs: Sequence[tuple[uuid.UUID, int]]
+    ) -> dict[tuple[uuid.UUID, int], MemoryVersion]:
+        """The version rows named by (memory id, version number), of this tenant only."""
+        if not pairs:
+            return {}
+        stmt = select(MemoryVersion).where(
+            MemoryVersion.tenant_id == tenant_id,
+            tuple_(MemoryVersion.memory_id, MemoryVersion.version).in_(list(set(pairs))),
+        )
+        return {(v.memory_id, v.version): v for v in await self.session.scalars(stmt)}
+
 
 class ChangesetRepository:
     def __init__(self, session: AsyncSession) -> None:
@@ -352,3 +378,36 @@ class ChangesetRepository:
     async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
         if rows:
             await self.session.execute(insert(CHANGESETS), list(rows))
+
+    async def insert_imported(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Changesets of another instance's export (`transfer`); those already here are left as they
+        are. How many were new."""
+        return await _insert_new(self.session, CHANGESETS, rows)
+
+
+async def _insert_new(session: AsyncSession, table: Table, rows: Sequence[dict[str, Any]]) -> int:
+    """INSERT ... ON CONFLICT DO NOTHING: how many of `rows` were new."""
+    if not rows:
+        return 0
+    key = next(iter(table.primary_key.columns))
+    stmt = pg_insert(table).on_conflict_do_nothing().returning(key)
+    return len((await session.execute(stmt, list(rows))).all())
+
+
+async def insert_imported_memories(
+    session: AsyncSession, heads: Sequence[dict[str, Any]], versions: Sequence[dict[str, Any]]
+) -> tuple[int, int]:
+    """Memories and versions of another instance's export (`transfer`), as they were written there.
+    Versions already here are left as they are; a head moves only to a later version (a later export of
+    the same user). How many heads were written and versions were new."""
+    written = 0
+    if heads:
+        insert_heads = pg_insert(MEMORIES)
+        changed = ("content", "tags", "owner", "memory_at", "status", "version", "embedding", "changeset_id")
+        upsert = insert_heads.on_conflict_do_update(
+            index_elements=[_m.id],
+            set_={name: insert_heads.excluded[name] for name in (*changed, "updated_at")},
+            where=_m.version < insert_heads.excluded.version,
+        ).returning(_m.id)
+        written = len((await session.execute(upsert, list(heads))).all())
+    return written, await _insert_new(session, VERSIONS, versions)

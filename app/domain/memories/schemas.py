@@ -57,6 +57,8 @@ class VersionOut(Out):
     reason: str | None
     supersedes: list[uuid.UUID] | None
     superseded_by: uuid.UUID | None
+    owner: str
+    memory_at: datetime | None
 
 
 class HistoryOut(msgspec.Struct):

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
@@ -31,6 +32,7 @@ from app.domain.audit.repositories import AuditRepository
 from app.domain.audit.services import event_row
 from app.domain.memories.services import ApplyOutcome, ApplyRequest, Vectors, apply_many
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
+from app.domain.provenance.repositories import WriterViewRepository
 from app.lib import metrics
 from app.lib.errors import is_db_outage
 
@@ -45,6 +47,7 @@ class Result:
     chunk: ChunkRow
     request: ApplyRequest
     vectors: Vectors
+    context_messages: int = 0  # earlier messages of the scope the writer was given (its writer view)
 
 
 class ApplyInterruptedError(RuntimeError):
@@ -142,6 +145,9 @@ class Applier:
             live = [r for r in results if r.chunk.id in still_ours]
             vectors = {text: vector for r in live for text, vector in r.vectors.items()}
             outcomes = await apply_many(session, [r.request for r in live], vectors)
+            await WriterViewRepository(session).insert_many(
+                [writer_view(r, outcome) for r, outcome in zip(live, outcomes, strict=True)]
+            )
             events = []
             for r, outcome in zip(live, outcomes, strict=True):
                 events.append(
@@ -183,6 +189,20 @@ class Applier:
             r.chunk.id: outcome for r, outcome in zip(live, outcomes, strict=True)
         }
         return [by_chunk.get(r.chunk.id) for r in results]
+
+
+def writer_view(result: Result, outcome: ApplyOutcome) -> dict[str, Any]:
+    """What the writer of `result` was shown, kept beside its changeset so the decision can be explained."""
+    shown = sorted(result.request.shown.items())
+    return {
+        "changeset_id": outcome.changeset_id,
+        "tenant_id": result.chunk.tenant_id,
+        "candidates": [
+            {"local_id": local_id, "memory_id": str(s.memory_id), "version": s.version}
+            for local_id, s in shown
+        ],
+        "context_messages": result.context_messages,
+    }
 
 
 def _settle(waiting: _Waiting, outcome: ApplyOutcome | None = None, exc: BaseException | None = None) -> None:

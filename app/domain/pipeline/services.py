@@ -371,7 +371,7 @@ async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun) -
     # Embedded here, before the apply's transaction locks anything.
     vectors = await embed_ops(deps.embedder, [apply_request])
     started = time.perf_counter()
-    outcome = await deps.applier.apply(Result(chunk, apply_request, vectors))
+    outcome = await deps.applier.apply(Result(chunk, apply_request, vectors, len(request.context)))
     deps.outage_over()
     if outcome is None:  # applied meanwhile by an earlier delivery
         run.skipped += 1

@@ -22,6 +22,7 @@ EXPECTED_TABLES = {
     "audit_heads",
     "embedding_config",
     "reviews",
+    "writer_views",
 }
 
 
@@ -57,4 +58,4 @@ async def test_upgrade_downgrade_upgrade_and_check(servers: Servers) -> None:
 
 
 def test_single_head() -> None:
-    assert migrate.head_revision() == "0008"
+    assert migrate.head_revision() == "0009"

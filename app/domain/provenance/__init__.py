@@ -1,0 +1,1 @@
+"""Provenance: why a memory says what it says — each version next to what its writer was shown."""

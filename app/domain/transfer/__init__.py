@@ -1,0 +1,1 @@
+"""Transfer: a user's bank and its full history, exported from one instance and loaded into another."""

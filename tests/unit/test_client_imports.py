@@ -1,0 +1,18 @@
+"""The SDK stands alone: importing it loads nothing of the server (no web framework, no database)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_the_sdk_imports_nothing_of_the_server() -> None:
+    probe = (
+        "import json, sys, app.client; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('litestar', 'sqlalchemy', 'asyncpg', 'alembic', 'arq', 'redis') "
+        "or m.startswith(('app.domain', 'app.db')))))"
+    )
+    output = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert json.loads(output) == []
