@@ -154,6 +154,7 @@ class OnnxEmbedder:
     dim: int = 384
     threads: int = 0
     name: str = field(init=False)
+    batches: int = field(default=0, init=False)  # model runs so far (concurrent calls share one)
     _model: SentenceModel = field(init=False, repr=False)
     _queue: list[_Queued] = field(default_factory=list, init=False, repr=False)
     _runner: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
@@ -206,6 +207,7 @@ class OnnxEmbedder:
                 batch.append(self._queue.pop(0))
                 size += len(batch[-1].texts)
             texts = [t for queued in batch for t in queued.texts]
+            self.batches += 1
             try:
                 array = await asyncio.to_thread(self._model.encode, texts)
             except Exception as exc:  # noqa: BLE001  (handed to the callers, whose error it is)
