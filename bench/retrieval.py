@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.config import Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrate import upgrade
+from app.domain.search.schemas import SearchMode
 from app.domain.search.services import Searcher, SearchQuery
 from app.embeddings import Embedder, embedder_from_settings
 from app.lib.embedded import EmbeddedPostgres
@@ -220,7 +221,7 @@ async def ask_all(
     tenant_id: uuid.UUID,
     questions: list[Question],
     dia_of: dict[uuid.UUID, str],
-    mode: str,
+    mode: SearchMode,
     depth: int,
 ) -> tuple[list[list[str]], dict[str, float]]:
     """Every question through the Searcher (one client), its ranked dia_ids and the latencies."""
@@ -231,7 +232,7 @@ async def ask_all(
     latencies: list[float] = []
     try:
         for question in questions:
-            query = SearchQuery(question.text, question.conversation, top_k=depth, threshold=None, mode=mode)  # type: ignore[arg-type]
+            query = SearchQuery(question.text, question.conversation, top_k=depth, threshold=None, mode=mode)
             started = time.perf_counter()
             async with sessionmaker() as session, session.begin():
                 hits = await searcher.search(session, tenant_id, query)
@@ -302,7 +303,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 "p50": round(statistics.median(single), 2),
                 "p99": round(pct(single, 99), 2),
             }
-            runs: list[tuple[str, Settings, str]] = [
+            runs: list[tuple[str, Settings, SearchMode]] = [
                 (f"hybrid ({settings.search_fusion})", settings, "hybrid"),
                 ("vector", settings, "vector"),
                 (
