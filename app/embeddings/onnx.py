@@ -187,10 +187,6 @@ class OnnxEmbedder:
     async def aclose(self) -> None:
         """Nothing is held open (the loaded model stays for the process's other embedders)."""
 
-    def embed_now(self, texts: Sequence[str]) -> list[list[float]]:
-        """Embed in the calling thread (benchmarks, scripts); `embed` is the service's way."""
-        return [[float(v) for v in row] for row in self._model.encode(texts)] if texts else []
-
     async def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []

@@ -191,3 +191,22 @@ def test_loading_and_embedding_touch_no_network() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "384"
+
+
+async def test_a_model_directory_of_the_operators_is_used_unpinned(tmp_path: Path) -> None:
+    """MEMSTORE_EMBEDDER_MODEL may name a directory with model.onnx and tokenizer.json; a directory
+    without them is refused with a message that says what it needs."""
+    from app.embeddings.onnx import OnnxEmbedder
+
+    model, tokenizer = packaged_files()
+    directory = tmp_path / "my-minilm"
+    directory.mkdir()
+    shutil.copyfile(model, directory / "model.onnx")
+    shutil.copyfile(tokenizer, directory / "tokenizer.json")
+    mine = OnnxEmbedder(str(directory))
+    assert mine.name == "onnx:my-minilm:384"
+    [a] = await mine.embed(["The user mainly uses Python."])
+    [b] = await semantic_embedder().embed(["The user mainly uses Python."])
+    assert _dot(a, b) > 0.9999
+    with pytest.raises(ModelIntegrityError, match=r"must hold model\.onnx and tokenizer\.json"):
+        OnnxEmbedder(str(tmp_path))
