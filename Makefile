@@ -67,6 +67,7 @@ bench: $(STAMP) ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python bench/console.py
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/search.py --json docs/search-benchmark.json --plot docs/search-benchmark.png
+	$(BIN)/python bench/retrieval.py --json docs/retrieval-benchmark.json --plot docs/retrieval-benchmark.png
 	$(BIN)/python bench/embedder_outage.py
 
 .PHONY: clean

@@ -208,7 +208,11 @@ class Settings(BaseSettings):
         gt=0.0,
         le=1.0,
     )
-    embedder: str = Field(default="hashing", description="Embedder name (hashing, openai, local).")
+    embedder: str = Field(
+        default="onnx",
+        description="Embedder name: onnx (all-MiniLM-L6-v2 in-process, semantic), hashing (lexical, "
+        "dependency-free), openai (an /v1/embeddings endpoint), local (sentence-transformers extra).",
+    )
     embedding_dim: int = Field(
         default=384, description="Vector dimension of memories; fixed by the initial migration."
     )
@@ -217,7 +221,11 @@ class Settings(BaseSettings):
     )
     embedder_model: str = Field(
         default="all-MiniLM-L6-v2",
-        description="Model name sent to the openai embedder, or the local embedder's model (name or path).",
+        description="Model name sent to the openai embedder, or the onnx/local embedder's model (the "
+        "packaged all-MiniLM-L6-v2, or a directory).",
+    )
+    embedder_threads: int = Field(
+        default=0, ge=0, description="Threads of one onnx embedding run (0: one per core)."
     )
     embedder_api_key: str | None = Field(default=None, description="Bearer key for the embedder endpoint.")
     embedder_batch_size: int = Field(default=64, description="Texts per embedding request.", ge=1)
@@ -236,6 +244,17 @@ class Settings(BaseSettings):
     )
     search_pool: int = Field(
         default=100, description="Candidates each ranking (vector, lexical) contributes before fusion."
+    )
+    search_fusion: Literal["relative", "rrf"] = Field(
+        default="relative",
+        description="How hybrid search combines its rankings: relative (each score over its best, "
+        "weighted) or rrf (reciprocal rank fusion).",
+    )
+    search_vector_weight: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Weight of the vector ranking in relative fusion (the lexical one weighs 1 - it).",
     )
     search_rrf_k: int = Field(default=60, description="k of reciprocal rank fusion: 1 / (k + rank).", ge=1)
     search_max_top_k: int = Field(default=100, description="Largest top_k a search may ask for.")

@@ -319,10 +319,20 @@ def _rate(count: int, seconds: float | None) -> float:
 # --- the two measurements --------------------------------------------------------------------------
 
 
+def settings_env(args: argparse.Namespace) -> dict[str, str]:
+    """The `--env MEMSTORE_X=V` settings given on the command line."""
+    return dict(item.split("=", 1) for item in args.env)
+
+
 async def drain(args: argparse.Namespace, by_user: dict[str, list[Chunk]]) -> dict[str, Any]:
     total = sum(len(c) for c in by_user.values())
     print(f"\n  drain: posting {total:,} chunks to memstore up --workers 0 ...", flush=True)
-    with running_stack(workers=0, log_level=args.log_level, api_processes=args.api_processes) as stack:
+    with running_stack(
+        workers=0,
+        log_level=args.log_level,
+        api_processes=args.api_processes,
+        env_overrides=settings_env(args),
+    ) as stack:
         key = stack.create_key("bench-pipeline", ("ingest", "read"))
         posted = await post_all(stack, key, by_user, args.concurrency, args.batch_size)
         conn = await asyncpg.connect(stack.dsn)
@@ -385,7 +395,10 @@ async def end_to_end(args: argparse.Namespace, by_user: dict[str, list[Chunk]]) 
     total = sum(len(c) for c in by_user.values())
     print(f"\n  e2e: posting {total:,} chunks to memstore up --workers {args.workers} ...", flush=True)
     with running_stack(
-        workers=args.workers, log_level=args.log_level, api_processes=args.api_processes
+        workers=args.workers,
+        log_level=args.log_level,
+        api_processes=args.api_processes,
+        env_overrides=settings_env(args),
     ) as stack:
         key = stack.create_key("bench-pipeline", ("ingest", "read"))
         time.sleep(1.0)  # let the workers finish starting, so their start-up is not counted as work
@@ -508,6 +521,13 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900, help="most seconds to wait for the workers")
     parser.add_argument("--log-level", default="INFO", help="MEMSTORE_LOG_LEVEL of the service")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="MEMSTORE_X=V",
+        help="a setting for the service (repeatable), e.g. MEMSTORE_EMBEDDER=hashing",
+    )
     args = parser.parse_args()
 
     source, by_user = build_input(args.locomo.resolve(), args.copies, args.limit)
@@ -524,6 +544,7 @@ def main() -> None:
             "users": len(by_user),
             "chunks": total,
             "cpus": os.cpu_count(),
+            "env": args.env,
         }
         | {
             k: getattr(args, k)

@@ -264,7 +264,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
         log("dropping the search indexes for the load (built afterwards, timed)")
         await conn.execute("DROP INDEX ix_memories_embedding_hnsw")
-        await conn.execute("DROP INDEX ix_memories_content_fts")
+        await conn.execute("DROP INDEX ix_memories_lexemes")
         started = time.perf_counter()
 
         def records(rows: np.ndarray) -> Any:
@@ -313,8 +313,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
         started = time.perf_counter()
         await conn.execute(
-            "CREATE INDEX ix_memories_content_fts ON memories "
-            "USING gin (to_tsvector('simple'::regconfig, content)) WHERE status = 'active'"
+            "CREATE INDEX ix_memories_lexemes ON memories USING gin (lexemes) WHERE status = 'active'"
         )
         results["gin_build_s"] = round(time.perf_counter() - started, 1)
         m, efc = args.hnsw_m, args.hnsw_ef_construction
@@ -333,7 +332,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             for name in (
                 "memories",
                 "ix_memories_embedding_hnsw",
-                "ix_memories_content_fts",
+                "ix_memories_lexemes",
                 "ix_memories_scope",
             )
         }

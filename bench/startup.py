@@ -40,10 +40,11 @@ def role_of(proc: psutil.Process) -> str:
     return "other"
 
 
-def one_run(data_dir: Path, workers: int) -> dict[str, float]:
+def one_run(data_dir: Path, workers: int, settings: dict[str, str]) -> dict[str, float]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
     env["MEMSTORE_LOG_LEVEL"] = "WARNING"
+    env |= settings
     started = time.perf_counter()
     proc = subprocess.Popen(
         [
@@ -97,12 +98,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="MEMSTORE_X=V",
+        help="a setting for the service (repeatable), e.g. MEMSTORE_EMBEDDER=hashing",
+    )
     args = parser.parse_args()
+    settings = dict(item.split("=", 1) for item in args.env)
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "data"
-        results = [one_run(data_dir, args.workers) for _ in range(args.runs)]
+        results = [one_run(data_dir, args.workers, settings) for _ in range(args.runs)]
     cold, warm = results[0], results[1:]
-    print(f"memstore up, {args.workers} worker(s), {args.runs} runs on one data dir (first = cold: initdb)")
+    print(
+        f"memstore up, {args.workers} worker(s), {args.runs} runs on one data dir (first = cold: initdb)"
+        + (f", {' '.join(args.env)}" if args.env else "")
+    )
     print(f"  time to /ready   cold {cold['ready_s']:.2f} s", end="")
     if warm:
         print(f"   warm median {statistics.median(r['ready_s'] for r in warm):.2f} s", end="")

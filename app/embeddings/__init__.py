@@ -8,7 +8,7 @@ from app.embeddings.hashing import HashingEmbedder
 
 __all__ = ["Embedder", "HashingEmbedder", "embedder_from_settings"]
 
-EMBEDDERS = ("hashing", "openai", "local")
+EMBEDDERS = ("onnx", "hashing", "openai", "local")
 
 
 def embedder_from_settings(settings: Settings, name: str | None = None) -> Embedder:
@@ -16,6 +16,12 @@ def embedder_from_settings(settings: Settings, name: str | None = None) -> Embed
     name = name or settings.embedder
     if name == "hashing":
         return HashingEmbedder(settings.embedding_dim)
+    if name == "onnx":
+        from app.embeddings.onnx import OnnxEmbedder
+
+        return OnnxEmbedder(
+            settings.embedder_model, settings.embedding_dim, threads=settings.embedder_threads
+        )
     if name == "openai":
         from app.embeddings.openai import OpenAIEmbedder
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ class LocalEmbedder:
     """Sentence-transformers embeddings computed in this process (normalised, cosine-ready)."""
 
     def __init__(self, model: str = DEFAULT_MODEL, dim: int = 384, *, batch_size: int = 64) -> None:
+        # The model is read from disk; the hub libraries under sentence-transformers must not try
+        # to reach a model hub for it (or for anything else) at run time.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:  # pragma: no cover - depends on the optional extra

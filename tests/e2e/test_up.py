@@ -99,6 +99,27 @@ def _chunk_is_applied_and_counted(port: int, headers: dict[str, str]) -> None:
     assert line in text, text
 
 
+def _search_finds_by_meaning(port: int, headers: dict[str, str]) -> None:
+    """The README's quick start: with the default configuration, a question that shares no word with
+    the memory that answers it finds that memory first."""
+    base = f"http://127.0.0.1:{port}"
+    text = "I moved to Seattle last month and I mainly use Python."
+    body = {"user_id": "u-123", "messages": [{"role": "user", "content": text}]}
+    accepted = httpx.post(f"{base}/v1/chunks", json=body, headers=headers, timeout=5)
+    assert accepted.status_code == 202
+    chunk_url = f"{base}/v1/chunks/{accepted.json()['chunk_id']}"
+    deadline = time.monotonic() + 30
+    while httpx.get(chunk_url, headers=headers, timeout=5).json()["status"] != "applied":
+        assert time.monotonic() < deadline, "the chunk was not applied"
+        time.sleep(0.1)
+    query = {"user_id": "u-123", "query": "what language does the user write code in?"}
+    found = httpx.post(f"{base}/v1/memories/search", json=query, headers=headers, timeout=10)
+    assert found.status_code == 200, found.text
+    contents = [r["memory"]["content"] for r in found.json()["results"]]
+    assert contents[0] == "The user mainly uses Python.", contents
+    assert "The user lives in Seattle." in contents
+
+
 def test_up_is_ready_stops_cleanly_and_keeps_data(tmp_path: Path) -> None:
     data_dir, port = server_dir("memstore-e2e-") / "data", _free_port()
 
@@ -116,6 +137,7 @@ def test_up_is_ready_stops_cleanly_and_keeps_data(tmp_path: Path) -> None:
         )
         assert created.status_code == 201
         _chunk_is_applied_and_counted(port, {"Authorization": f"Bearer {created.json()['key']}"})
+        _search_finds_by_meaning(port, admin)
         _stop_and_check_nothing_left(first)
     finally:
         if first.poll() is None:

@@ -6,8 +6,8 @@ import uuid
 from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, String, Text, text
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy import CheckConstraint, Computed, DateTime, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.config import get_settings
@@ -37,10 +37,10 @@ class Memory(Base):
             postgresql_ops={"embedding": "vector_cosine_ops"},
             postgresql_where=text("status = 'active'"),
         ),
-        # Lexical half of hybrid search ('simple': names and numbers are kept as written).
+        # Lexical half of hybrid search: which active memories hold a query's lexemes.
         Index(
-            "ix_memories_content_fts",
-            text("to_tsvector('simple'::regconfig, content)"),
+            "ix_memories_lexemes",
+            "lexemes",
             postgresql_using="gin",
             postgresql_where=text("status = 'active'"),
         ),
@@ -60,6 +60,11 @@ class Memory(Base):
     status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="active")
     version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
     embedding: Mapped[list[float] | None] = mapped_column(Vector(get_settings().embedding_dim))
+    # The content's English lexemes (stemmed, stop words dropped), kept by Postgres: BM25 reads their
+    # frequencies and counts on every lexical search. Not loaded with the row.
+    lexemes: Mapped[str | None] = mapped_column(
+        TSVECTOR, Computed("to_tsvector('english'::regconfig, content)", persisted=True), deferred=True
+    )
     # The changeset that wrote the current version (the revert conflict check reads it).
     changeset_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     created_at: Mapped[datetime] = timestamp_column()

@@ -174,10 +174,11 @@ def effective_embedding(memory_id: Any, version: Any) -> Any:
 # HNSW graph looking for this user's rows instead, which is slower, and a filtered graph walk can come
 # back empty, so a duplicate would go unnoticed. Vectors travel as text and are cast once each.
 CLOSEST_ACTIVE = text(
-    "SELECT q.ord, m.id, m.distance"
+    "SELECT q.ord, m.id, m.distance, m.content"
     " FROM unnest(CAST(:p_tenant_ids AS uuid[]), CAST(:p_user_ids AS text[]),"
     " CAST(CAST(:p_vectors AS text[]) AS vector[])) WITH ORDINALITY AS q(tenant_id, user_id, v, ord)"
-    " CROSS JOIN LATERAL (SELECT memories.id, memories.embedding <=> q.v AS distance FROM memories"
+    " CROSS JOIN LATERAL (SELECT memories.id, memories.content, memories.embedding <=> q.v AS distance"
+    " FROM memories"
     " WHERE memories.tenant_id = q.tenant_id AND memories.user_id = q.user_id"
     " AND memories.status = 'active' ORDER BY (memories.embedding <=> q.v) + 0 LIMIT 1) AS m"
 )
@@ -280,9 +281,9 @@ class MemoryRepository:
 
     async def closest_active(
         self, items: Sequence[tuple[uuid.UUID, str, Sequence[float]]]
-    ) -> list[tuple[uuid.UUID, float] | None]:
-        """For each (tenant, user, vector), that scope's most similar active memory and its cosine
-        similarity, or None for an empty scope (one query; see `CLOSEST_ACTIVE`)."""
+    ) -> list[tuple[uuid.UUID, float, str] | None]:
+        """For each (tenant, user, vector), that scope's most similar active memory, its cosine
+        similarity and its content, or None for an empty scope (one query; see `CLOSEST_ACTIVE`)."""
         if not items:
             return []
         params = {
@@ -290,9 +291,9 @@ class MemoryRepository:
             "p_user_ids": [user_id for _, user_id, _ in items],
             "p_vectors": [vector_text(vector) for _, _, vector in items],
         }
-        found: list[tuple[uuid.UUID, float] | None] = [None] * len(items)
-        for ord_, memory_id, distance in await self.session.execute(CLOSEST_ACTIVE, params):
-            found[ord_ - 1] = (memory_id, 1.0 - float(distance))
+        found: list[tuple[uuid.UUID, float, str] | None] = [None] * len(items)
+        for ord_, memory_id, distance, content in await self.session.execute(CLOSEST_ACTIVE, params):
+            found[ord_ - 1] = (memory_id, 1.0 - float(distance), content)
         return found
 
     async def lock_states(

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Memory, MemoryVersion
 from app.domain.audit.services import record_event
+from app.domain.memories.polarity import opposite_polarity
 from app.domain.memories.repositories import (
     ChangesetRepository,
     MemoryAsOf,
@@ -518,10 +519,11 @@ class _Rows:
 async def _find_near_duplicates(memories: MemoryRepository, plans: Sequence[_Plan]) -> None:
     """Mark ADDs that repeat an active memory of their scope or an earlier ADD of the same result.
 
-    A memory the same result replaces or deletes does not count: re-adding it is a correction. One
-    query finds the nearest active memory for every ADD of every plan.
+    A memory the same result replaces or deletes does not count: re-adding it is a correction; nor
+    does one that says the opposite ("likes jazz" / "dislikes jazz", close as vectors). One query finds
+    the nearest active memory for every ADD of every plan.
     """
-    adds: list[tuple[_Plan, int, list[float]]] = []
+    adds: list[tuple[_Plan, int, list[float], str]] = []
     for plan in plans:
         if plan.request.limits.duplicate_threshold > 1.0:  # a threshold above 1 turns the check off
             continue
@@ -530,28 +532,40 @@ async def _find_near_duplicates(memories: MemoryRepository, plans: Sequence[_Pla
             if op.kind in _WRITES_CONTENT:
                 vector = next(vectors)
                 if op.kind is OpKind.ADD:
-                    adds.append((plan, index, vector))
+                    adds.append((plan, index, vector, op.content or ""))
     if not adds:
         return
     closest = await memories.closest_active(
-        [(p.request.tenant_id, p.request.user_id, vector) for p, _, vector in adds]
+        [(p.request.tenant_id, p.request.user_id, vector) for p, _, vector, _ in adds]
     )
-    kept: dict[int, list[tuple[int, list[float]]]] = {}  # per plan: ADDs that stay
-    for (plan, index, vector), near in zip(adds, closest, strict=True):
+    kept: dict[int, list[tuple[int, list[float], str]]] = {}  # per plan: ADDs that stay
+    for (plan, index, vector, content), near in zip(adds, closest, strict=True):
         threshold = plan.request.limits.duplicate_threshold
         replaced = {m.id for _, op, targets in plan.accepted if op.kind is not OpKind.UPDATE for m in targets}
-        if near is not None and near[0] not in replaced and near[1] >= threshold:
+        if (
+            near is not None
+            and near[0] not in replaced
+            and near[1] >= threshold
+            and not opposite_polarity(content, near[2])
+        ):
             plan.duplicates[index] = (
                 str(near[0]),
                 f"repeats active memory {near[0]} (similarity {near[1]:.3f})",
             )
             continue
         earlier = kept.setdefault(id(plan), [])
-        twin = next((i for i, v in earlier if _cosine(v, vector) >= threshold), None)
+        twin = next(
+            (
+                i
+                for i, v, text_ in earlier
+                if _cosine(v, vector) >= threshold and not opposite_polarity(content, text_)
+            ),
+            None,
+        )
         if twin is not None:
             plan.duplicates[index] = (f"op:{twin}", f"repeats op {twin} of the same result")
             continue
-        earlier.append((index, vector))
+        earlier.append((index, vector, content))
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:

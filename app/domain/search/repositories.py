@@ -11,7 +11,11 @@ Three sources of rows:
 - the bank as of a time: for each memory of the scope, its latest version at or before that time
   (valid from its `created_at` until the next version's), kept if it was active then.
 
-Vector and lexical candidates are fused with reciprocal rank fusion: 1 / (k + rank) summed.
+The lexical ranking is BM25 over each memory's English lexemes (`memories.lexemes`, stored; computed
+on the fly for the bank as of a time). Vector and lexical candidates are fused by relative score — each
+ranking's score divided by its best, weighted, summed — which ranked LoCoMo's evidence better than
+reciprocal rank fusion (1 / (k + rank) summed; still available) with a semantic embedder
+(docs/benchmarks.md, "Retrieval on LoCoMo").
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ bank AS (
                WHERE w.memory_id = v.memory_id AND w.version < v.version AND w.embedding IS NOT NULL
                ORDER BY w.version DESC LIMIT 1
            )) END AS embedding,
-           m.created_at, v.created_at AS updated_at
+           m.created_at, v.created_at AS updated_at{lexemes}
     FROM (
         SELECT DISTINCT ON (memory_id) *
         FROM memory_versions
@@ -91,6 +95,18 @@ class Hit:
     similarity: float | None
 
 
+# BM25's term-frequency saturation and length normalisation: Anserini's defaults, which also ranked
+# best of those tried on LoCoMo (bench/retrieval.py).
+BM25_K1 = 0.9
+BM25_B = 0.4
+# Memories read for the corpus figures of BM25 (count, mean length). Exact for any scope searched
+# exactly (below `search_hnsw_min_scope`); for larger sets the first this many stand for the rest.
+BM25_STATS_ROWS = 20_000
+
+# How the two rankings of a hybrid search are combined.
+Fusion = Literal["relative", "rrf"]
+
+
 @lru_cache(maxsize=256)
 def _statement(
     source: Source,
@@ -100,23 +116,37 @@ def _statement(
     agent: bool,
     tags: bool,
     threshold: bool,
+    fusion: Fusion = "relative",
 ) -> TextClause:
     """The search statement for one combination of options (built once per combination)."""
     ctes: list[str] = []
     filters = []
+    lex_filters = []
     if source == "as_of":
-        ctes.append(_AS_OF_BANK.format(user_filter="AND user_id = :user_id" if scoped else ""))
+        ctes.append(
+            _AS_OF_BANK.format(
+                user_filter="AND user_id = :user_id" if scoped else "",
+                lexemes=", to_tsvector('english'::regconfig, v.content) AS lexemes" if lexical else "",
+            )
+        )
         relation = "bank"
     else:
         relation = "memories"
         filters.append("tenant_id = :tenant_id AND status = 'active'")
+        lex_filters.append("tenant_id = :tenant_id AND status = 'active'")
         if scoped:
+            # The vector half of the HNSW route must walk the graph, not the scope's B-tree; the
+            # lexical half reads the scope (or the GIN index) either way.
             filters.append("user_id || '' = :user_id" if source == "hnsw" else "user_id = :user_id")
+            lex_filters.append("user_id = :user_id")
     if agent:
         filters.append("agent_id = :agent_id")
+        lex_filters.append("agent_id = :agent_id")
     if tags:
         filters.append("tags @> CAST(:tags AS text[])")
+        lex_filters.append("tags @> CAST(:tags AS text[])")
     where = " AND ".join(filters) or "TRUE"
+    lex_where = " AND ".join(lex_filters) or "TRUE"
 
     if vector:
         distance = f"embedding <=> {_QUERY}" if source == "hnsw" else f"(embedding <=> {_QUERY}) + 0"
@@ -131,32 +161,65 @@ def _statement(
 )"""
         )
     if lexical:
-        document = "to_tsvector('simple'::regconfig, content)"
+        # BM25 over the memories' lexemes: the memories holding a query lexeme (GIN index or the
+        # scope), which query lexemes each holds, each lexeme's document frequency among them (every
+        # memory that holds it is among them), the corpus's size and mean length. A memory is one short
+        # statement, so a lexeme's frequency in it counts as 1: reading real frequencies (unnesting
+        # each memory's lexemes) cost seven times as much for no measurable recall (bench/retrieval.py).
         ctes.append(
-            f"""lex AS (
+            f"""lex_terms AS (
+    SELECT t.lexeme, quote_literal(t.lexeme)::tsquery AS q
+    FROM unnest(tsvector_to_array(to_tsvector('english'::regconfig, :lexical_text))) t(lexeme)
+),
+lex_hits AS (
+    SELECT d.id, length(d.lexemes) AS len, t.lexeme
+    FROM {relation} d JOIN lex_terms t ON d.lexemes @@ t.q
+    WHERE {lex_where} AND d.lexemes @@ to_tsquery('english'::regconfig, :tsquery)
+),
+lex_corpus AS (
+    SELECT count(*)::float8 AS n, greatest(coalesce(avg(length(lexemes)), 1), 1)::float8 AS avgdl
+    FROM (SELECT lexemes FROM {relation} WHERE {lex_where} LIMIT :stats_rows) c
+),
+lex_idf AS (
+    SELECT h.lexeme, ln(1 + (greatest(c.n - count(*), 0) + 0.5) / (count(*) + 0.5)) AS idf
+    FROM lex_hits h CROSS JOIN lex_corpus c GROUP BY h.lexeme, c.n
+),
+lex AS (
     SELECT id, rank, row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
-        SELECT id, ts_rank_cd({document}, q) AS rank
-        FROM {relation}, to_tsquery('simple'::regconfig, :tsquery) q
-        WHERE {where} AND {document} @@ q
-        ORDER BY rank DESC LIMIT :pool
+        SELECT h.id, sum(
+                   i.idf * {BM25_K1 + 1} / (1 + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * h.len / c.avgdl))
+               ) AS rank
+        FROM lex_hits h JOIN lex_idf i ON i.lexeme = h.lexeme CROSS JOIN lex_corpus c
+        GROUP BY h.id ORDER BY rank DESC, h.id LIMIT :pool
     ) l
 )"""
         )
+    similarity = f"1 - coalesce(found.distance, b.embedding <=> {_QUERY})"
     if vector and lexical:
-        fused = """SELECT coalesce(vec.id, lex.id) AS id, vec.distance,
-           coalesce(1.0 / (:rrf_k + vec.r), 0) + coalesce(1.0 / (:rrf_k + lex.r), 0) AS score
-    FROM vec FULL OUTER JOIN lex ON lex.id = vec.id"""
+        ctes.append(
+            """found AS (
+    SELECT coalesce(vec.id, lex.id) AS id, vec.distance, vec.r AS vec_r, lex.rank, lex.r AS lex_r
+    FROM vec FULL OUTER JOIN lex ON lex.id = vec.id
+)"""
+        )
+        if fusion == "rrf":
+            score = "coalesce(1.0 / (:rrf_k + found.vec_r), 0) + coalesce(1.0 / (:rrf_k + found.lex_r), 0)"
+        else:
+            # Each ranking's score as a share of its best, weighted: a memory first in both scores 1.
+            score = f"""(:vector_weight * greatest(coalesce({similarity}, 0), 0)
+           / greatest(coalesce((SELECT max(1 - distance) FROM vec), 1), 1e-9)
+         + (1 - :vector_weight) * coalesce(found.rank / (SELECT max(rank) FROM lex), 0))"""
     elif vector:
-        fused = "SELECT id, distance, 1 - distance AS score FROM vec"
+        ctes.append("found AS (\n    SELECT id, distance FROM vec\n)")
+        score = "1 - found.distance"
     else:
-        fused = "SELECT id, NULL::float8 AS distance, rank AS score FROM lex"
-    ctes.append(f"found AS (\n    {fused}\n)")
+        ctes.append("found AS (\n    SELECT id, NULL::float8 AS distance, rank FROM lex\n)")
+        score = "found.rank"
     sql = f"""WITH {", ".join(ctes)}
 SELECT b.id, b.user_id, b.agent_id, b.run_id, b.content, b.tags, b.owner, b.status, b.version,
-       b.memory_at, b.created_at, b.updated_at, found.score,
-       1 - coalesce(found.distance, b.embedding <=> {_QUERY}) AS similarity
+       b.memory_at, b.created_at, b.updated_at, {score} AS score, {similarity} AS similarity
 FROM found JOIN {relation} b ON b.id = found.id
-ORDER BY found.score DESC, found.distance NULLS LAST, b.created_at, b.id
+ORDER BY score DESC, found.distance NULLS LAST, b.created_at, b.id
 LIMIT :top_k"""
     return text(sql)
 
@@ -204,16 +267,20 @@ class SearchRepository:
         user_id: str | None,
         embedding: list[float],
         vector: bool,
-        tsquery: str | None,
+        words: Sequence[str],
         top_k: int,
         pool: int,
+        fusion: Fusion,
+        vector_weight: float,
         rrf_k: int,
         threshold: float | None,
         agent_id: str | None,
         tags: Sequence[str],
         as_of: datetime | None,
     ) -> list[Hit]:
-        lexical = tsquery is not None
+        """The best `top_k` of the source: by vector, by BM25 over `words` (the query's content words,
+        letters and digits only), or both fused."""
+        lexical = bool(words)
         if not (vector or lexical):
             return []
         stmt = _statement(
@@ -224,15 +291,20 @@ class SearchRepository:
             agent_id is not None,
             bool(tags),
             threshold is not None,
+            fusion,
         )
         params: dict[str, Any] = {
             "tenant_id": tenant_id,
             "user_id": user_id,
             "embedding": vector_text(embedding),
-            "tsquery": tsquery,
+            # An OR of the words; to_tsquery drops English stop words and stems the rest.
+            "tsquery": " | ".join(words),
+            "lexical_text": " ".join(words),
+            "stats_rows": BM25_STATS_ROWS,
             "top_k": top_k,
             "pool": max(pool, top_k),
             "rrf_k": rrf_k,
+            "vector_weight": vector_weight,
             "max_distance": None if threshold is None else 1.0 - threshold,
             "agent_id": agent_id,
             "tags": list(tags),

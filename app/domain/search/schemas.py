@@ -29,7 +29,8 @@ class SearchIn(msgspec.Struct, forbid_unknown_fields=True):
 
 class SearchResult(msgspec.Struct):
     memory: MemoryOut
-    score: float  # the ranking's score: cosine (vector), ts_rank_cd (lexical), fused RRF in 0..1 (hybrid)
+    # The ranking's score: cosine (vector), BM25 (lexical), fused in 0..1 (hybrid; 1: best in both)
+    score: float
     similarity: float | None  # cosine similarity to the query (None: the memory has no vector)
 
 

@@ -6,8 +6,9 @@
   index scans (>= 0.8) where the server has them. Without them a filtered HNSW scan can come back
   short, so a large scope whose HNSW answer is short is searched exactly instead.
 - `as_of` searches the scope's versions valid at that time, exactly.
-- Hybrid mode fuses the vector ranking with Postgres full-text ranking (reciprocal rank fusion), so
-  names and numbers the embedder does not capture are still found.
+- Hybrid mode fuses the vector ranking with a BM25 ranking of the memories' English lexemes (by
+  relative score, or reciprocal rank fusion), so names and numbers the embedder does not capture
+  are still found, and meaning the words do not share is found by the embedder.
 
 The writer's candidates come from here too (`writer_candidates`), so what the writer is shown and what
 a client finds are ranked by the same code.
@@ -55,11 +56,11 @@ _STOPWORDS = frozenset(
 )
 
 
-def lexical_query(text: str) -> str | None:
-    """The query's words as an OR tsquery ('lyon | 1987'), or None when it has no content words."""
+def lexical_words(text: str) -> list[str]:
+    """The query's content words for the lexical ranking (letters and digits only, lower case, each
+    once, at most 64); Postgres then drops English stop words and stems the rest."""
     words = [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
-    unique = list(dict.fromkeys(words))[:_MAX_QUERY_WORDS]
-    return " | ".join(unique) if unique else None
+    return list(dict.fromkeys(words))[:_MAX_QUERY_WORDS]
 
 
 @dataclass(frozen=True)
@@ -179,23 +180,25 @@ class Searcher:
         vector: bool,
         query: SearchQuery,
     ) -> list[Hit]:
-        tsquery = lexical_query(query.query) if query.mode != "vector" else None
+        words = lexical_words(query.query) if query.mode != "vector" else []
         hits = await repo.search(
             source,
             tenant_id=tenant_id,
             user_id=user_id,
             embedding=embedding,
             vector=vector,
-            tsquery=tsquery,
+            words=words,
             top_k=query.top_k,
             pool=self.settings.search_pool,
+            fusion=self.settings.search_fusion,
+            vector_weight=self.settings.search_vector_weight,
             rrf_k=self.settings.search_rrf_k,
             threshold=query.threshold if vector else None,
             agent_id=query.agent_id,
             tags=query.tags,
             as_of=query.as_of,
         )
-        if vector and tsquery is not None:
+        if vector and words and self.settings.search_fusion == "rrf":
             # The fused score as a share of the best possible (first in both rankings).
             best = 2.0 / (self.settings.search_rrf_k + 1)
             hits = [_rescored(h, h.score / best) for h in hits]

@@ -156,3 +156,54 @@ async def test_duplicate_check_is_exact_even_when_other_users_crowd_the_vector_i
     assert "ix_memories_embedding_hnsw" not in plan
     assert found is not None
     assert found[0] == own.id
+
+
+async def test_near_duplicates_by_meaning_merge_but_opposites_never_do(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    """With the default (semantic) embedder and threshold: a restatement of an active memory is a
+    near-duplicate (NOOP); a statement that says its opposite — vectors as close as 0.98 — is stored."""
+    from tests.support.semantic import semantic_embedder
+
+    async def add(contents: list[str]) -> list[dict[str, object]]:
+        async with sessionmaker() as session, session.begin():
+            outcome = await apply_ops(
+                session,
+                tenant_id=tenant.tenant_id,
+                user_id="u",
+                ops=[Op(OpKind.ADD, c) for c in contents],
+                shown={},
+                provenance=PROVENANCE,
+                embedder=semantic_embedder(),
+            )
+        return outcome.guards
+
+    epipen = "allergic to peanuts and carries an EpiPen when travelling abroad."
+    await add(["The user likes jazz.", "The user is vegetarian.", f"The user is {epipen}"])
+    guards = await add(
+        [
+            "The user dislikes jazz.",
+            "The user is not vegetarian.",
+            f"The user isn't {epipen}",  # 0.984 to the active memory: above the threshold
+            "The user is a vegetarian.",  # a restatement: 0.996
+            "The user likes jazz",
+        ]
+    )
+    assert [(g["guard"], g["op_index"]) for g in guards] == [("near_duplicate", 3), ("near_duplicate", 4)]
+    async with sessionmaker() as session:
+        active = set(
+            await session.scalars(
+                select(Memory.content).where(Memory.user_id == "u", Memory.status == "active")
+            )
+        )
+    assert active == {
+        "The user likes jazz.",
+        "The user dislikes jazz.",
+        "The user is vegetarian.",
+        "The user is not vegetarian.",
+        f"The user is {epipen}",
+        f"The user isn't {epipen}",
+    }
+    # Within one result, too: the second of two opposite ADDs is not taken for a repeat of the first.
+    guards = await add(["The user likes opera.", "The user does not like opera.", "The user likes opera!"])
+    assert [(g["guard"], g["op_index"]) for g in guards] == [("near_duplicate", 2)]

@@ -22,7 +22,7 @@ from app.db.models import EmbeddingConfig, Memory, MemoryVersion
 from app.domain.history import services as history
 from app.domain.search import services
 from app.domain.search.reembed import ReembedError, reembed
-from app.domain.search.services import EmbedderMismatchError, Searcher, record_embedder
+from app.domain.search.services import EmbedderMismatchError, Searcher, SearchQuery, record_embedder
 from app.embeddings import HashingEmbedder
 from app.embeddings.openai import OpenAIEmbedder
 from app.server.asgi import create_app
@@ -30,6 +30,7 @@ from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys
 from tests.integration.search.test_search import add, change
 from tests.support.history import held_by_others
+from tests.support.semantic import semantic_embedder
 
 HASHING = HashingEmbedder(384)
 CONTENTS = [f"The user collects {kind} stamps." for kind in ("French", "Dutch", "Czech", "Greek", "Irish")]
@@ -170,15 +171,28 @@ async def test_reembed_refuses_another_dimension(
     assert (await config(sessionmaker)).name == HASHING.name
 
 
-def test_the_command_reembeds(database_url: str, owner_database_url: str) -> None:
-    env = {
-        **os.environ,
+async def test_the_command_moves_a_hashing_bank_to_the_default_embedder(
+    database_url: str,
+    owner_database_url: str,
+    settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    tenant: TenantKeys,
+) -> None:
+    """A bank written with `hashing` is switched to the default semantic embedder by `memstore reembed`
+    (no MEMSTORE_EMBEDDER set); afterwards a query that shares no word with the memory finds it."""
+    contents = ["The user is vegetarian.", "The user lives in Seattle.", "The user mainly uses Python."]
+    await add(sessionmaker, tenant.tenant_id, "u", contents)
+    async with sessionmaker() as session, session.begin():
+        await record_embedder(session, HASHING)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env |= {
         "MEMSTORE_DATABASE_URL": database_url,
         "MEMSTORE_ADMIN_DATABASE_URL": owner_database_url,
         "MEMSTORE_LOG_FORMAT": "console",
     }
-    result = subprocess.run(
-        [sys.executable, "-m", "app", "reembed", "--batch-size", "10"],
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "app", "reembed", "--batch-size", "2"],
         env=env,
         capture_output=True,
         text=True,
@@ -186,7 +200,16 @@ def test_the_command_reembeds(database_url: str, owner_database_url: str) -> Non
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "0 memories embedded by hashing-v1-384" in result.stdout
+    assert "3 memories embedded by onnx:all-MiniLM-L6-v2-int8:384 (was hashing-v1-384)" in result.stdout
+
+    searcher = Searcher(settings, semantic_embedder())
+    async with sessionmaker() as session:
+        hits = await searcher.search(
+            session,
+            tenant.tenant_id,
+            SearchQuery("which programming language does the user use", "u", top_k=3, mode="vector"),
+        )
+    assert hits[0].content == "The user mainly uses Python."
 
 
 async def test_a_running_process_notices_a_reembed_to_another_model(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -392,3 +392,33 @@ async def test_writer_candidates_for_several_texts_equal_brute_force(
         assert {h.id for h in hits} <= set(mine)
         tenth = expected[-1][1]
         assert {i for i, s in expected if s > tenth + 1e-5} <= {h.id for h in hits}
+
+
+async def test_lexical_ranking_weighs_rare_words_and_matches_word_forms(
+    client: AsyncTestClient[Litestar], sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    """BM25: a word most memories share (a name) counts for little against the question's rare word,
+    and English word forms meet ("hiking" finds "hikes"); the bank as of a time is ranked alike."""
+    # Each common memory names Caroline twice: a ranking blind to rarity (ts_rank_cd) puts them first.
+    common = [f"Caroline and Caroline's sister talked about work, part {i}." for i in range(30)]
+    rare = ["A pottery class started on Monday.", "Melanie hikes in the mountains every summer."]
+    await add(sessionmaker, tenant.tenant_id, "u", common + rare)
+    for query, wanted in (
+        ("When did Caroline start pottery?", rare[0]),
+        ("Does Melanie like hiking?", rare[1]),
+    ):
+        found = await search(client, tenant, user_id="u", query=query, mode="lexical", top_k=3)
+        assert found[0]["memory"]["content"] == wanted, found
+        scores = [r["score"] for r in found]
+        assert scores == sorted(scores, reverse=True)
+        assert scores[-1] > 0
+    before = datetime.now(UTC)
+    await add(sessionmaker, tenant.tenant_id, "u", ["Caroline said pottery is calming."])
+    query = "When did Caroline start pottery?"
+    now = await search(client, tenant, user_id="u", query=query, mode="lexical", top_k=3)
+    assert {r["memory"]["content"] for r in now[:2]} == {rare[0], "Caroline said pottery is calming."}
+    then = await search(
+        client, tenant, user_id="u", query=query, mode="lexical", top_k=3, as_of=before.isoformat()
+    )
+    assert then[0]["memory"]["content"] == rare[0]
+    assert "Caroline said pottery is calming." not in [r["memory"]["content"] for r in then]

