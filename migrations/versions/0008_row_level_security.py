@@ -64,20 +64,22 @@ END
 $$;
 """
 
-# The tenants the connection is set to, with their shadow banks. Called once per statement (as an
-# InitPlan: the policies wrap it in a scalar subquery), as the owner, so reading `tenants` does not
-# recurse into that table's own policy.
+# The tenants the connection is set to, with their shadow banks. Called once per reference to a tenant
+# table in a statement (an InitPlan: the policies wrap it in a scalar subquery), as the owner, so reading
+# `tenants` does not recurse into that table's own policy. PL/pgSQL, so its query is planned once per
+# connection, not at every call as a SQL function's body would be.
 VISIBLE_TENANTS = """
 CREATE FUNCTION memstore_visible_tenants() RETURNS uuid[]
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
-    WITH own AS (
-        SELECT coalesce(
-            string_to_array(nullif(current_setting('memstore.tenant_ids', true), ''), ',')::uuid[],
-            '{}'::uuid[]) AS ids
-    )
-    SELECT own.ids || coalesce(
-        (SELECT array_agg(t.id) FROM tenants t WHERE t.shadow_of = ANY (own.ids)), '{}'::uuid[])
-    FROM own
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+DECLARE
+    own uuid[] := coalesce(
+        string_to_array(nullif(current_setting('memstore.tenant_ids', true), ''), ',')::uuid[], '{}'::uuid[]);
+BEGIN
+    IF cardinality(own) = 0 THEN
+        RETURN own;
+    END IF;
+    RETURN own || coalesce((SELECT array_agg(t.id) FROM tenants t WHERE t.shadow_of = ANY (own)), '{}'::uuid[]);
+END
 $$;
 """
 VISIBLE = "(SELECT memstore_visible_tenants())::uuid[]"

@@ -197,7 +197,9 @@ lex AS (
     similarity = f"1 - coalesce(found.distance, b.embedding <=> {_QUERY})"
     if vector and lexical:
         ctes.append(
-            """found AS (
+            # MATERIALIZED: joined to the memories by a plain column, not by the coalesce() it would
+            # be inlined as, which Postgres will not use for an index probe under a row-level policy.
+            """found AS MATERIALIZED (
     SELECT coalesce(vec.id, lex.id) AS id, vec.distance, vec.r AS vec_r, lex.rank, lex.r AS lex_r
     FROM vec FULL OUTER JOIN lex ON lex.id = vec.id
 )"""
@@ -218,7 +220,7 @@ lex AS (
     sql = f"""WITH {", ".join(ctes)}
 SELECT b.id, b.user_id, b.agent_id, b.run_id, b.content, b.tags, b.owner, b.status, b.version,
        b.memory_at, b.created_at, b.updated_at, {score} AS score, {similarity} AS similarity
-FROM found JOIN {relation} b ON b.id = found.id
+FROM found JOIN {relation} b ON b.id = found.id AND b.tenant_id = :tenant_id
 ORDER BY score DESC, found.distance NULLS LAST, b.created_at, b.id
 LIMIT :top_k"""
     return text(sql)
