@@ -65,6 +65,7 @@ bench: $(STAMP) ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python bench/writer.py
 	$(BIN)/python bench/history.py
 	$(BIN)/python bench/console.py
+	$(BIN)/python bench/row_security.py
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/search.py --json docs/search-benchmark.json --plot docs/search-benchmark.png
 	$(BIN)/python bench/retrieval.py --json docs/retrieval-benchmark.json --plot docs/retrieval-benchmark.png
