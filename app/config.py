@@ -258,6 +258,12 @@ class Settings(BaseSettings):
     )
     search_rrf_k: int = Field(default=60, description="k of reciprocal rank fusion: 1 / (k + rank).", ge=1)
     search_max_top_k: int = Field(default=100, description="Largest top_k a search may ask for.")
+    search_as_of_all_users_max_versions: int = Field(
+        default=100_000,
+        ge=0,
+        description="Versions a search over all users as of a time may read (it reads the tenant's history "
+        "up to then); more: 422, name a user (0: no bound).",
+    )
 
     # --- answering (POST /v1/answer) -------------------------------------------------------
     reader_base_url: str | None = Field(

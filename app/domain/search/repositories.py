@@ -235,6 +235,18 @@ class SearchRepository:
         raw = await self.session.scalar(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
         return tuple(int(p) for p in str(raw or "0").split(".") if p.isdigit())
 
+    async def versions_reach(self, tenant_id: uuid.UUID, as_of: datetime, size: int) -> bool:
+        """Whether the tenant has at least `size` versions written by `as_of` (reads at most `size` index
+        entries of `ix_memory_versions_scope_time`)."""
+        found = await self.session.scalar(
+            text(
+                "SELECT count(*) FROM (SELECT 1 FROM memory_versions WHERE tenant_id = :tenant_id "
+                "AND created_at <= :as_of LIMIT :size) v"
+            ),
+            {"tenant_id": tenant_id, "as_of": as_of, "size": size},
+        )
+        return int(found or 0) >= size
+
     async def scope_reaches(self, tenant_id: uuid.UUID, user_id: str, size: int) -> bool:
         """Whether the scope has at least `size` active memories (reads at most `size` index entries)."""
         found = await self.session.scalar(

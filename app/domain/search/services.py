@@ -122,7 +122,22 @@ class Searcher:
                 headers={"Retry-After": RETRY_AFTER_S},
             ) from exc
         user_id = None if query.all_users else query.user_id
+        if user_id is None and query.as_of is not None:
+            await self._bound_history_read(session, tenant_id, query.as_of)
         return await self._run(session, tenant_id, user_id, embedding, query)
+
+    async def _bound_history_read(self, session: AsyncSession, tenant_id: uuid.UUID, as_of: datetime) -> None:
+        """A search over every user as of a time reads the tenant's history up to then: refused (422)
+        when that is more than `search_as_of_all_users_max_versions` versions, counted no further."""
+        bound = self.settings.search_as_of_all_users_max_versions
+        if bound and await SearchRepository(session).versions_reach(tenant_id, as_of, bound + 1):
+            raise ApiError(
+                f"A search over all users as of a time may read at most {bound} versions, and this "
+                "tenant has more; search one user (user_id) as of that time.",
+                code="as_of_too_broad",
+                status_code=422,
+                details={"max_versions": bound},
+            )
 
     async def writer_candidates(
         self, session: AsyncSession, tenant_id: uuid.UUID, user_id: str, texts: Sequence[str], limit: int

@@ -422,3 +422,34 @@ async def test_lexical_ranking_weighs_rare_words_and_matches_word_forms(
     )
     assert then[0]["memory"]["content"] == rare[0]
     assert "Caroline said pottery is calming." not in [r["memory"]["content"] for r in then]
+
+
+async def test_a_search_over_all_users_as_of_a_time_reads_a_bounded_history(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    """Over its bound of versions, an as-of search of every user is a 422 naming the way out (one user);
+    one user's as-of search, and a tenant within the bound, are answered."""
+    await add(sessionmaker, tenant.tenant_id, "ana", ["The user lives in Lyon.", "The user plays chess."])
+    await add(sessionmaker, tenant.tenant_id, "bob", ["The user likes jazz."])
+    async with sessionmaker() as session:
+        moment = await session.scalar(text("SELECT clock_timestamp()"))
+    assert isinstance(moment, datetime)
+    body = {"query": "where does the user live", "as_of": moment.isoformat(), "threshold": -1}
+    for bound, all_users_status in ((3, 200), (2, 422)):
+        bounded = settings.model_copy(update={"search_as_of_all_users_max_versions": bound})
+        async with AsyncTestClient(create_app(bounded, configure_logs=False)) as client:
+            everyone = await client.post(
+                "/v1/memories/search", json={**body, "all_users": True}, headers=tenant.admin
+            )
+            assert everyone.status_code == all_users_status, everyone.text
+            if all_users_status == 422:
+                error = everyone.json()["error"]
+                assert (error["code"], error["details"]) == ("as_of_too_broad", {"max_versions": 2})
+            else:
+                users = {r["memory"]["user_id"] for r in everyone.json()["results"]}
+                assert users == {"ana", "bob"}
+            one = await client.post(
+                "/v1/memories/search", json={**body, "user_id": "ana"}, headers=tenant.admin
+            )
+            assert one.status_code == 200, one.text
+            assert len(one.json()["results"]) == 2
