@@ -1,7 +1,8 @@
 """`memstore import` and `memstore export`, run as a user runs them, against the real service and a
-real worker: LoCoMo conversation 1 is imported with every chunk applied and a second import creates
-nothing; a user's export loaded into a fresh instance reproduces the bank, its versions and its past,
-hand edits and rollbacks included, and a second load writes nothing."""
+real worker: LoCoMo conversation 1 (when the data is beside the repository) is imported with every chunk
+applied and a second import creates nothing; a user's export — of a conversation of its own, imported as
+JSON Lines — loaded into a fresh instance reproduces the bank, its versions and its past, hand edits
+and rollbacks included, and a second load writes nothing."""
 
 from __future__ import annotations
 
@@ -59,6 +60,17 @@ async def counts(sessionmaker: async_sessionmaker[AsyncSession]) -> dict[str, in
         return found
 
 
+# A conversation of the user's own, one chunk per line (`memstore import jsonl`), saying what the
+# offline writer remembers.
+OWN_CONVERSATION = [
+    ["I live in Lyon.", "I mainly use Python."],
+    ["I'm vegetarian.", "My daughter's name is Mia."],
+    ["I moved to Seattle last month."],
+]
+OWN_SESSIONS = len(OWN_CONVERSATION)
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason=f"no LoCoMo file at {LOCOMO}")
 async def test_locomo_conversation_1_is_applied_whole_and_a_second_import_creates_nothing(
     settings: Settings, tenant: TenantKeys, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
@@ -110,10 +122,16 @@ async def test_an_export_loaded_into_a_fresh_instance_reproduces_the_bank_and_it
     fresh_instance: Settings,
     tmp_path: Path,
 ) -> None:
-    export = tmp_path / "conv-26.jsonl"
+    export = tmp_path / "conv-own.jsonl"
+    conversation = tmp_path / "conversation.jsonl"
+    lines = [
+        {"user_id": "conv-own", "messages": [{"role": "user", "content": t, "name": "Ana"} for t in said]}
+        for said in OWN_CONVERSATION
+    ]
+    conversation.write_text("".join(json.dumps(line) + "\n" for line in lines))
     async with live_api(settings) as url, running_worker(settings):
         code, output = await memstore(
-            "import", "locomo", str(LOCOMO), "--conversations", "1", "--url", url, key=tenant.admin_key
+            "import", "jsonl", str(conversation), "--url", url, key=tenant.admin_key
         )
         assert code == 0, output
         written_by_model = await db_now(sessionmaker)
@@ -121,26 +139,26 @@ async def test_an_export_loaded_into_a_fresh_instance_reproduces_the_bank_and_it
         def edit_then_roll_back() -> tuple[list[tuple[str, str, int]], str]:
             """A hand edit and an admin rollback on top of what the writer wrote: history no writer makes."""
             with Client(url, tenant.admin_key) as source:
-                memory = next(source.iter_memories("conv-26"))
+                memory = next(source.iter_memories("conv-own"))
                 source.edit_memory(memory.id, content="An admin's correction.", reason="typo")
                 source.rollback(memory.id, 1, reason="the writer was right")
-                return _bank_as_of(source, "conv-26", written_by_model), memory.content
+                return _bank_as_of(source, "conv-own", written_by_model), memory.content
 
         bank_then, rolled_back = await asyncio.to_thread(edit_then_roll_back)
         code, output = await memstore(
-            "export", "--user", "conv-26", "--out", str(export), "--url", url, key=tenant.admin_key
+            "export", "--user", "conv-own", "--out", str(export), "--url", url, key=tenant.admin_key
         )
         assert code == 0, output
     source = await counts(sessionmaker)
     records = [json.loads(line) for line in export.read_text().splitlines()]
     kinds = [r["type"] for r in records]
     assert kinds[0] == "export"
-    assert kinds.count("chunk") == 19
+    assert kinds.count("chunk") == OWN_SESSIONS
     assert sum(len(r["versions"]) for r in records if r["type"] == "memory") == source["versions"]
     assert kinds.count("changeset") == source["changesets"]
     first_chunk = next(r for r in records if r["type"] == "chunk")
     assert first_chunk["seq"] == 1
-    assert first_chunk["messages"][0]["name"] in ("Caroline", "Melanie")
+    assert first_chunk["messages"][0]["name"] == "Ana"
 
     engine = create_engine(fresh_instance.as_owner(), application_name="memstore-tests-fresh")
     fresh_sessions = create_sessionmaker(engine)
@@ -152,18 +170,20 @@ async def test_an_export_loaded_into_a_fresh_instance_reproduces_the_bank_and_it
             )
             assert code == 0, output
             memories = kinds.count("memory")
-            assert f"bank of conv-26 reproduced: {memories} memories, {source['versions']} versions" in output
+            assert (
+                f"bank of conv-own reproduced: {memories} memories, {source['versions']} versions" in output
+            )
             copied = await counts(fresh_sessions)
 
             def the_copy() -> tuple[list[tuple[str, str, int]], list[str], list[str]]:
                 with Client(url, fresh_tenant.admin_key) as copy:
-                    memory = next(m for m in copy.iter_memories("conv-26") if m.content == rolled_back)
+                    memory = next(m for m in copy.iter_memories("conv-own") if m.content == rolled_back)
                     explained = copy.explain(memory.id)
                     ops = [v.version.op for v in explained.versions]
                     source_chunk = explained.versions[0].source
                     assert source_chunk is not None
                     said = [str(m["content"]) for m in source_chunk.messages]
-                    return _bank_as_of(copy, "conv-26", written_by_model), ops, said
+                    return _bank_as_of(copy, "conv-own", written_by_model), ops, said
 
             copy_then, ops, said = await asyncio.to_thread(the_copy)
             assert copy_then == bank_then  # the time control sees the same past
@@ -186,15 +206,15 @@ async def test_an_export_loaded_into_a_fresh_instance_reproduces_the_bank_and_it
                 str(export),
                 "--replay",
                 "--user",
-                "conv-26-replayed",
+                "conv-own-replayed",
                 "--url",
                 url,
                 key=fresh_tenant.admin_key,
             )
             assert code == 1, output
-            assert "bank of conv-26-replayed differs from the export" in output
+            assert "bank of conv-own-replayed differs from the export" in output
     finally:
         await engine.dispose()
     assert copied["versions"] == source["versions"]
     assert copied["changesets"] == source["changesets"]
-    assert copied["chunks"] == copied["applied"] == 19
+    assert copied["chunks"] == copied["applied"] == OWN_SESSIONS
