@@ -171,6 +171,7 @@ CREATE FUNCTION memstore_purge_user(p_tenant uuid, p_user text) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
 DECLARE
     counts jsonb := '{}'::jsonb;
+    kind text;
     n bigint;
 BEGIN
     -- The service erases only a tenant it is set to; the owner (who logged in as it) any tenant.
@@ -183,24 +184,13 @@ BEGIN
     END IF;
     PERFORM 1 FROM scopes WHERE tenant_id = p_tenant AND user_id = p_user FOR UPDATE;
     PERFORM set_config('memstore.purge', 'on', true);
-    DELETE FROM reviews WHERE tenant_id = p_tenant AND user_id = p_user;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    counts := counts || jsonb_build_object('reviews', n);
-    DELETE FROM memory_versions WHERE tenant_id = p_tenant AND user_id = p_user;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    counts := counts || jsonb_build_object('versions', n);
-    DELETE FROM memories WHERE tenant_id = p_tenant AND user_id = p_user;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    counts := counts || jsonb_build_object('memories', n);
-    DELETE FROM changesets WHERE tenant_id = p_tenant AND user_id = p_user;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    counts := counts || jsonb_build_object('changesets', n);
-    DELETE FROM chunks WHERE tenant_id = p_tenant AND user_id = p_user;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    counts := counts || jsonb_build_object('chunks', n);
-    DELETE FROM scopes WHERE tenant_id = p_tenant AND user_id = p_user;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    counts := counts || jsonb_build_object('scopes', n);
+    FOREACH kind IN ARRAY ARRAY['reviews', 'versions', 'memories', 'changesets', 'chunks', 'scopes'] LOOP
+        EXECUTE format('DELETE FROM %I WHERE tenant_id = $1 AND user_id = $2',
+                       CASE kind WHEN 'versions' THEN 'memory_versions' ELSE kind END)
+            USING p_tenant, p_user;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        counts := counts || jsonb_build_object(kind, n);
+    END LOOP;
     PERFORM set_config('memstore.purge', 'off', true);
     RETURN counts;
 END

@@ -95,6 +95,11 @@ async def two_banks(
     return counts
 
 
+async def set_tenant(conn: asyncpg.Connection, tenant_id: uuid.UUID) -> None:
+    """Set the connection to one tenant, as `app.db.tenancy` does for the service."""
+    await conn.execute(f"SELECT set_config('{TENANTS_SETTING}', $1, false)", str(tenant_id))
+
+
 async def _counts(conn: asyncpg.Connection) -> dict[str, dict[uuid.UUID, int]]:
     """Rows per table and tenant as `conn` sees them, with no tenant predicate in the query."""
     seen: dict[str, dict[uuid.UUID, int]] = {}
@@ -125,7 +130,7 @@ async def test_set_to_one_tenant_the_service_sees_all_of_its_rows_and_none_of_th
     other_tenant: TenantKeys,
 ) -> None:
     for keys in (tenant, other_tenant):
-        await service.execute(f"SELECT set_config('{TENANTS_SETTING}', $1, false)", str(keys.tenant_id))
+        await set_tenant(service, keys.tenant_id)
         expected = {table: {keys.tenant_id: n} if n else {} for table, n in two_banks[keys.tenant_id].items()}
         assert await _counts(service) == expected
         assert [r["id"] for r in await service.fetch("SELECT id FROM tenants")] == [keys.tenant_id]
@@ -138,7 +143,7 @@ async def test_the_service_cannot_write_rows_of_a_tenant_it_is_not_set_to(
     tenant: TenantKeys,
     other_tenant: TenantKeys,
 ) -> None:
-    await service.execute(f"SELECT set_config('{TENANTS_SETTING}', $1, false)", str(tenant.tenant_id))
+    await set_tenant(service, tenant.tenant_id)
     with pytest.raises(asyncpg.InsufficientPrivilegeError, match="row-level security"):
         await service.execute(
             "INSERT INTO chunks (id, tenant_id, user_id, seq, messages, body_hash)"
@@ -183,7 +188,7 @@ async def test_the_service_cannot_turn_the_walls_off(
     statement: str,
     refusal: str,
 ) -> None:
-    await service.execute(f"SELECT set_config('{TENANTS_SETTING}', $1, false)", str(tenant.tenant_id))
+    await set_tenant(service, tenant.tenant_id)
     await service.execute("SELECT set_config('memstore.purge', 'on', false)")
     with pytest.raises(asyncpg.PostgresError, match=refusal):
         await service.execute(statement)
@@ -209,7 +214,7 @@ async def test_the_purge_switch_is_honoured_only_for_the_tables_owner(
         user=intruder, host=url.query.get("host") or url.host, port=url.port, database=url.database
     )
     try:
-        await conn.execute(f"SELECT set_config('{TENANTS_SETTING}', $1, false)", str(tenant.tenant_id))
+        await set_tenant(conn, tenant.tenant_id)
         async with conn.transaction():
             await conn.execute("SELECT set_config('memstore.purge', 'on', true)")
             assert await conn.fetchval("SELECT memstore_purging('memory_versions'::regclass)") is False
@@ -238,7 +243,7 @@ async def test_the_service_purges_only_a_tenant_it_is_set_to(
     tenant: TenantKeys,
     other_tenant: TenantKeys,
 ) -> None:
-    await service.execute(f"SELECT set_config('{TENANTS_SETTING}', $1, false)", str(tenant.tenant_id))
+    await set_tenant(service, tenant.tenant_id)
     with pytest.raises(asyncpg.InsufficientPrivilegeError, match="not set to tenant"):
         await service.fetchval("SELECT memstore_purge_user($1, 'u1')", other_tenant.tenant_id)
     erased = await service.fetchval("SELECT memstore_purge_user($1, 'u1')::text", tenant.tenant_id)
@@ -293,10 +298,10 @@ async def test_a_shadow_bank_is_seen_with_its_tenant_and_alone_without_it(
             {"b": bank, "n": f"shadow:{tenant.tenant_id}:x", "t": tenant.tenant_id},
         )
         await _seed(session, bank)
-    await service.execute(f"SELECT set_config('{TENANTS_SETTING}', $1, false)", str(tenant.tenant_id))
+    await set_tenant(service, tenant.tenant_id)
     seen = await service.fetch("SELECT tenant_id FROM memories ORDER BY tenant_id")
     assert sorted(r["tenant_id"] for r in seen) == sorted([tenant.tenant_id, bank])
-    await service.execute(f"SELECT set_config('{TENANTS_SETTING}', $1, false)", str(bank))
+    await set_tenant(service, bank)
     assert [r["tenant_id"] for r in await service.fetch("SELECT tenant_id FROM memories")] == [bank]
 
 
