@@ -88,9 +88,6 @@ class Settings(BaseSettings):
         default=False,
         description="Serve Mem0's REST paths (MemoryClient(host=...)) on Memstore's own services (docs/mem0.md).",
     )
-    mem0_max_batch: int = Field(
-        default=1_000, description="Most memories one Mem0 batch update or delete (/v1/batch/) takes.", ge=1
-    )
     rate_limit_per_s: float = Field(
         default=200.0,
         description="Requests a second per API key, across all API processes (0: no limit); more: 429.",
