@@ -102,8 +102,8 @@ class Mem0Controller(Controller):
         principal = request.user
         return Ping(
             status="ok",
-            org_id=None,
-            project_id=None,
+            org_id=str(principal.tenant_id),
+            project_id=str(principal.tenant_id),
             user_email=None,
             tenant_id=principal.tenant_id,
             key_name=principal.name,
@@ -182,7 +182,7 @@ class Mem0Controller(Controller):
     )
     async def search(
         self,
-        data: SearchIn,
+        data: JSONBody[SearchIn],
         request: Request[Principal, Any, Any],
         db_session: NamedDependency[AsyncSession],
     ) -> SearchOut:
@@ -231,7 +231,7 @@ class Mem0Controller(Controller):
     async def update_memory(
         self,
         memory_id: FromPath[uuid.UUID],
-        data: UpdateIn,
+        data: JSONBody[UpdateIn],
         request: Request[Principal, Any, Any],
         db_session: NamedDependency[AsyncSession],
     ) -> Mem0Memory:
@@ -321,7 +321,7 @@ class Mem0Controller(Controller):
 
     @put("/v1/batch", guards=[requires_role("write")], summary="Mem0: new text for up to 1,000 memories")
     async def batch_update(
-        self, data: BatchUpdateIn, request: Request[Principal, Any, Any], db_session: NamedDependency[AsyncSession]
+        self, data: JSONBody[BatchUpdateIn], request: Request[Principal, Any, Any], db_session: NamedDependency[AsyncSession]
     ) -> Message:
         tenant_id = request.user.tenant_id
         await services.memories_by_ids(db_session, tenant_id, [m.memory_id for m in data.memories])
@@ -346,7 +346,7 @@ class Mem0Controller(Controller):
         summary="Mem0: delete up to 1,000 memories (soft, one revertible changeset per user)",
     )
     async def batch_delete(
-        self, data: BatchDeleteIn, request: Request[Principal, Any, Any], db_session: NamedDependency[AsyncSession]
+        self, data: JSONBody[BatchDeleteIn], request: Request[Principal, Any, Any], db_session: NamedDependency[AsyncSession]
     ) -> Message:
         found = await services.memories_by_ids(
             db_session, request.user.tenant_id, [m.memory_id for m in data.memories]
@@ -393,7 +393,7 @@ class Mem0Controller(Controller):
         summary="Mem0: feedback on a memory (kept in the audit log as memory.feedback)",
     )
     async def feedback(
-        self, data: FeedbackIn, request: Request[Principal, Any, Any], db_session: NamedDependency[AsyncSession]
+        self, data: JSONBody[FeedbackIn], request: Request[Principal, Any, Any], db_session: NamedDependency[AsyncSession]
     ) -> Message:
         memory = await services.live_memory(db_session, request.user.tenant_id, data.memory_id)
         await record_event(

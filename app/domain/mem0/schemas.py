@@ -215,9 +215,12 @@ class FeedbackIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Ping(msgspec.Struct):
+    """The client keeps `org_id` and `project_id` (it refuses to start without them) and uses them only
+    for Mem0's project routes, which Memstore does not serve: both are the key's tenant."""
+
     status: str
-    org_id: None
-    project_id: None
+    org_id: str
+    project_id: str
     user_email: None
     tenant_id: uuid.UUID
     key_name: str | None
