@@ -3,18 +3,18 @@
 Mounted under `/mem0` (`mem0_router`) when `MEMSTORE_MEM0_COMPAT=true`; `mem0_paths` also routes Mem0's
 own paths at the root there — `GET /v1/memories/{id}/` with its trailing slash is Mem0's, without it
 Memstore's — so `MemoryClient(host="http://memstore:8000")` works unchanged. docs/mem0.md has the table.
-Errors carry Memstore's body plus Mem0's `detail`, the text the client raises with.
+Error bodies carry Memstore's `error` plus Mem0's `detail`, the text the client raises with.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, Router, delete, get, post, put
 from litestar.di import NamedDependency
-from litestar.exceptions import HTTPException
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_202_ACCEPTED
 from litestar.types import ASGIApp, Receive, Scope, Send
@@ -50,7 +50,7 @@ from app.domain.mem0.schemas import (
 )
 from app.domain.memories import services as memories
 from app.domain.search.services import Searcher, SearchQuery
-from app.lib.errors import EXCEPTION_HANDLERS, ApiError, http_exception_handler, internal_error_handler
+from app.lib.errors import ApiError
 from app.lib.security import has_role
 
 PREFIX = "/mem0"
@@ -59,26 +59,6 @@ MAX_PAGE_SIZE = 1_000
 IdempotencyKey = Annotated[
     str | None, HeaderParameter(name="Idempotency-Key", required=False, max_length=200, min_length=1)
 ]
-
-
-def _with_detail(response: Response[Any]) -> Response[Any]:
-    """Memstore's error body, plus the `detail` Mem0's client reads its message from."""
-    body = response.content
-    if isinstance(body, dict) and "error" in body:
-        body["detail"] = body["error"]["message"]
-    return response
-
-
-def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
-    return _with_detail(http_exception_handler(request, exc))
-
-
-def _other_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    handler = next(
-        (h for kind, h in EXCEPTION_HANDLERS.items() if isinstance(kind, type) and isinstance(exc, kind)),
-        internal_error_handler,
-    )
-    return _with_detail(handler(request, exc))
 
 
 def _may_read(principal: Principal) -> bool:
@@ -414,12 +394,8 @@ def _fields(memory: Mem0Memory) -> dict[str, Any]:
 
 
 def mem0_router() -> Router:
-    """The Mem0-compatible routes under `/mem0`, answering errors in a shape Mem0's client reports."""
-    return Router(
-        path=PREFIX,
-        route_handlers=[Mem0Controller],
-        exception_handlers={HTTPException: _http_error, Exception: _other_error},
-    )
+    """The Mem0-compatible routes under `/mem0`."""
+    return Router(path=PREFIX, route_handlers=[Mem0Controller])
 
 
 # Mem0's paths as its client sends them (with the trailing slash), by method.
@@ -441,6 +417,38 @@ def mem0_paths(app: ASGIApp) -> ASGIApp:
             if pattern is not None and pattern.match(scope["path"]):
                 scope["path"] = PREFIX + scope["path"]
                 scope["raw_path"] = PREFIX.encode() + scope.get("raw_path", b"")
+            if scope["path"].startswith(PREFIX + "/"):
+                send = _with_detail(send)
         await app(scope, receive, send)
 
     return route
+
+
+def _with_detail(send: Send) -> Send:
+    """Error bodies as Memstore writes them, plus the `detail` Mem0's client raises with — whoever made
+    the answer (a handler, authentication, the input guard, the rate limiter)."""
+    held: list[Any] = []
+
+    async def detailed(message: Any) -> None:
+        if message["type"] == "http.response.start" and message["status"] >= 400:
+            held.append(message)
+            return
+        if not held or message["type"] != "http.response.body":
+            await send(message)
+            return
+        held.append(message)
+        if message.get("more_body"):
+            return
+        start, chunks = held[0], held[1:]
+        body = b"".join(m.get("body", b"") for m in chunks)
+        try:
+            answer = json.loads(body)
+            answer["detail"] = answer["error"]["message"]
+            body = json.dumps(answer).encode()
+        except (ValueError, TypeError, KeyError):
+            pass  # not the error body: sent as it was
+        headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+        await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return detailed

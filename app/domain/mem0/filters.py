@@ -20,7 +20,9 @@ Anything else — an unknown field (`metadata`, `app_id`, ...), an unknown opera
 wrong type, text with a NUL, nesting deeper than `MAX_DEPTH`, a list longer than `MAX_LIST`, more than
 `MAX_NODES` conditions in all — raises `FilterError`, which the routes answer with 400
 `invalid_filters` naming where it was (`filters.AND[1].OR[0].categories`). Every value is a bound
-parameter; no text of the client's reaches the SQL.
+parameter; no text of the client's reaches the SQL. Conditions are two-valued: a field that is not
+set (an agent_id of a memory written for no agent) is "not equal" to any value, so `NOT` of a
+condition is exactly the memories the condition leaves out.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timezone
 from typing import Any
 
-from sqlalchemy import ColumnElement, Text, and_, false, func, not_, or_, true
-from sqlalchemy.dialects.postgresql import array
+from sqlalchemy import ColumnElement, Text, and_, false, func, literal, not_, or_, true
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from app.db.models import Memory
 from app.lib.errors import ApiError
@@ -47,6 +49,7 @@ OPERATORS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "ico
 WILDCARD = "*"
 
 _ID_FIELDS = {"user_id": Memory.user_id, "agent_id": Memory.agent_id, "run_id": Memory.run_id}
+_NULLABLE = frozenset({"agent_id", "run_id"})  # the scope columns a memory may leave unset
 _TIME_FIELDS = {"created_at": Memory.created_at, "updated_at": Memory.updated_at}
 _FIELD_OPERATORS = {
     **dict.fromkeys(_ID_FIELDS, ("eq", "ne", "in", "nin", "contains", "icontains")),
@@ -232,13 +235,20 @@ def _is_set(name: str) -> ColumnElement[bool]:
 
 def _membership(name: str, values: list[Any], *, negate: bool) -> ColumnElement[bool]:
     if name == "categories":
-        overlaps = Memory.tags.overlap(array(values, type_=Text)) if values else false()
+        overlaps = Memory.tags.overlap(_tags(values)) if values else false()
         return not_(overlaps) if negate else overlaps
     column = _column(name)
     if not values:
         return true() if negate else false()
     # A null scope column is "not in" any list (SQL's NOT IN would say unknown).
-    return or_(column.is_(None), column.not_in(values)) if negate else column.in_(values)  # type: ignore[no-any-return]
+    if negate:
+        return or_(column.is_(None), column.not_in(values)) if name in _NULLABLE else column.not_in(values)
+    return _set_and(name, column.in_(values))
+
+
+def _tags(values: list[str]) -> ColumnElement[list[str]]:
+    """A bound `text[]` (the tags' own type: Postgres compares no varchar[] with it)."""
+    return literal(values, type_=ARRAY(Text))
 
 
 def _like(value: str) -> str:
@@ -247,23 +257,29 @@ def _like(value: str) -> str:
 
 def _eq(name: str, value: Any) -> ColumnElement[bool]:
     if name == "categories":
-        return Memory.tags.contains(array([value], type_=Text))
-    return _column(name) == value  # type: ignore[no-any-return]
+        return Memory.tags.contains(_tags([value]))
+    column = _column(name)
+    return and_(column.is_not(None), column == value) if name in _NULLABLE else column == value
 
 
 def _ne(name: str, value: Any) -> ColumnElement[bool]:
     column = _column(name)
-    return or_(column.is_(None), column != value)
+    return or_(column.is_(None), column != value) if name in _NULLABLE else column != value
 
 
 def _contains(name: str, value: Any) -> ColumnElement[bool]:
     if name == "categories":
-        return Memory.tags.contains(array([value], type_=Text))
-    return _column(name).like(_like(value), escape="\\")  # type: ignore[no-any-return]
+        return Memory.tags.contains(_tags([value]))
+    return _set_and(name, _column(name).like(_like(value), escape="\\"))
 
 
 def _icontains(name: str, value: Any) -> ColumnElement[bool]:
-    return _column(name).ilike(_like(value), escape="\\")  # type: ignore[no-any-return]
+    return _set_and(name, _column(name).ilike(_like(value), escape="\\"))
+
+
+def _set_and(name: str, condition: ColumnElement[bool]) -> ColumnElement[bool]:
+    """`condition`, false (not unknown) where the field is not set."""
+    return and_(_column(name).is_not(None), condition) if name in _NULLABLE else condition
 
 
 _COMPARE: dict[str, Callable[[str, Any], ColumnElement[bool]]] = {
