@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     )
     mem0_compat: bool = Field(
         default=False,
-        description="Serve Mem0's REST paths (MemoryClient(host=...)) on Memstore's own services (docs/mem0.md).",
+        description="Serve Mem0's REST paths (MemoryClient(host=...)) on Memstore's services (docs/mem0.md).",
     )
     rate_limit_per_s: float = Field(
         default=200.0,

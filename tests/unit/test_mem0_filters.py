@@ -27,7 +27,10 @@ def sql(filters: Any) -> str:
         ({"run_id": {"nin": ["r1"]}}, "memories.run_id IS NULL OR (memories.run_id NOT IN ('r1'))"),
         ({"created_at": {"gt": "2026-01-01T00:00:00Z"}}, "memories.created_at > '2026-01-01 00:00:00+00:00'"),
         ({"created_at": {"gte": "2026-01-01"}}, "memories.created_at >= '2026-01-01 00:00:00+00:00'"),
-        ({"updated_at": {"lt": "2026-01-01T00:00:00+02:00"}}, "memories.updated_at < '2026-01-01 00:00:00+02:00'"),
+        (
+            {"updated_at": {"lt": "2026-01-01T00:00:00+02:00"}},
+            "memories.updated_at < '2026-01-01 00:00:00+02:00'",
+        ),
         ({"updated_at": {"lte": "2026-01-01"}}, "memories.updated_at <= '2026-01-01 00:00:00+00:00'"),
         ({"memory": {"contains": "50%_x"}}, "memories.content LIKE '%%50\\%%\\_x%%' ESCAPE '\\'"),
         ({"memory": {"icontains": "lyon"}}, "memories.content ILIKE '%%lyon%%' ESCAPE '\\'"),
@@ -36,8 +39,14 @@ def sql(filters: Any) -> str:
         ({"categories": {"nin": ["a"]}}, "NOT (memories.tags && ARRAY['a'])"),
         ({"agent_id": "*"}, "memories.agent_id IS NOT NULL"),
         ({"user_id": {"eq": "*"}}, "memories.user_id IS NOT NULL"),
-        ({"AND": [{"user_id": "ana"}, {"agent_id": "bot"}]}, "memories.user_id = 'ana' AND memories.agent_id IS NOT NULL AND memories.agent_id = 'bot'"),
-        ({"OR": [{"user_id": "ana"}, {"user_id": "bo"}]}, "memories.user_id = 'ana' OR memories.user_id = 'bo'"),
+        (
+            {"AND": [{"user_id": "ana"}, {"agent_id": "bot"}]},
+            "memories.user_id = 'ana' AND memories.agent_id IS NOT NULL AND memories.agent_id = 'bot'",
+        ),
+        (
+            {"OR": [{"user_id": "ana"}, {"user_id": "bo"}]},
+            "memories.user_id = 'ana' OR memories.user_id = 'bo'",
+        ),
         ({"NOT": [{"user_id": "ana"}]}, "memories.user_id != 'ana'"),
         ({"NOT": {"run_id": "r"}}, "NOT (memories.run_id IS NOT NULL AND memories.run_id = 'r')"),
     ],

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, Router, delete, get, post, put
 from litestar.di import NamedDependency
+from litestar.enums import ScopeType
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_202_ACCEPTED
 from litestar.types import ASGIApp, Receive, Scope, Send
@@ -106,7 +107,9 @@ class Mem0Controller(Controller):
         chunk = services.chunk_of(data)
         ingest.validate_chunks([chunk], state.settings, state.writers)
         batcher: IngestBatcher = state.ingest_batcher
-        [result] = await batcher.submit(request.user, [(chunk, idempotency_key)], request.state.get("request_id"))
+        [result] = await batcher.submit(
+            request.user, [(chunk, idempotency_key)], request.state.get("request_id")
+        )
         accepted = AddAccepted(
             event_id=result.chunk_id,
             status="PENDING",
@@ -223,7 +226,9 @@ class Mem0Controller(Controller):
                 details={"field": "metadata" if data.metadata is not None else "expiration_date"},
             )
         if data.text is None:
-            raise ApiError("text is required.", code="validation_error", status_code=422, details={"field": "text"})
+            raise ApiError(
+                "text is required.", code="validation_error", status_code=422, details={"field": "text"}
+            )
         await services.live_memory(db_session, request.user.tenant_id, memory_id)
         memory = await memories.edit_memory(
             db_session,
@@ -301,7 +306,10 @@ class Mem0Controller(Controller):
 
     @put("/v1/batch", guards=[requires_role("write")], summary="Mem0: new text for up to 1,000 memories")
     async def batch_update(
-        self, data: JSONBody[BatchUpdateIn], request: Request[Principal, Any, Any], db_session: NamedDependency[AsyncSession]
+        self,
+        data: JSONBody[BatchUpdateIn],
+        request: Request[Principal, Any, Any],
+        db_session: NamedDependency[AsyncSession],
     ) -> Message:
         tenant_id = request.user.tenant_id
         await services.memories_by_ids(db_session, tenant_id, [m.memory_id for m in data.memories])
@@ -326,12 +334,17 @@ class Mem0Controller(Controller):
         summary="Mem0: delete up to 1,000 memories (soft, one revertible changeset per user)",
     )
     async def batch_delete(
-        self, data: JSONBody[BatchDeleteIn], request: Request[Principal, Any, Any], db_session: NamedDependency[AsyncSession]
+        self,
+        data: JSONBody[BatchDeleteIn],
+        request: Request[Principal, Any, Any],
+        db_session: NamedDependency[AsyncSession],
     ) -> Message:
         found = await services.memories_by_ids(
             db_session, request.user.tenant_id, [m.memory_id for m in data.memories]
         )
-        deleted = await services.delete_many(db_session, found, reason="mem0 batch delete", **_writing(request))
+        deleted = await services.delete_many(
+            db_session, found, reason="mem0 batch delete", **_writing(request)
+        )
         return Message(message=f"Successfully deleted {deleted} memories")
 
     @get("/v1/entities", guards=[requires_role("read")], summary="Mem0: users, agents and runs with memories")
@@ -373,7 +386,10 @@ class Mem0Controller(Controller):
         summary="Mem0: feedback on a memory (kept in the audit log as memory.feedback)",
     )
     async def feedback(
-        self, data: JSONBody[FeedbackIn], request: Request[Principal, Any, Any], db_session: NamedDependency[AsyncSession]
+        self,
+        data: JSONBody[FeedbackIn],
+        request: Request[Principal, Any, Any],
+        db_session: NamedDependency[AsyncSession],
     ) -> Message:
         memory = await services.live_memory(db_session, request.user.tenant_id, data.memory_id)
         await record_event(
@@ -412,8 +428,8 @@ def mem0_paths(app: ASGIApp) -> ASGIApp:
     Mem0's clients need only `host=`. Everything else, Memstore's native API included, is untouched."""
 
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            pattern = _MEM0_PATHS.get(scope["method"])
+        if scope["type"] == ScopeType.HTTP:
+            pattern = _MEM0_PATHS.get(str(scope.get("method")))
             if pattern is not None and pattern.match(scope["path"]):
                 scope["path"] = PREFIX + scope["path"]
                 scope["raw_path"] = PREFIX.encode() + scope.get("raw_path", b"")
@@ -448,7 +464,7 @@ def _with_detail(send: Send) -> Send:
         except (ValueError, TypeError, KeyError):
             pass  # not the error body: sent as it was
         headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
-        await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})  # type: ignore[arg-type]
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
     return detailed

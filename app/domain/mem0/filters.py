@@ -30,7 +30,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timezone
+from datetime import UTC, date, datetime, time
 from typing import Any
 
 from sqlalchemy import ColumnElement, Text, and_, false, func, literal, not_, or_, true
@@ -206,7 +206,7 @@ def _moment(value: Any, where: str) -> datetime:
         return _wrong(where, "an RFC 3339 time with a zone, or a date (YYYY-MM-DD)")  # type: ignore[no-any-return]
     try:
         if len(value) == 10:
-            return datetime.combine(date.fromisoformat(value), time(), tzinfo=timezone.utc)
+            return datetime.combine(date.fromisoformat(value), time(), tzinfo=UTC)
         moment = datetime.fromisoformat(value)
     except ValueError:
         return _wrong(where, "an RFC 3339 time with a zone, or a date (YYYY-MM-DD)")  # type: ignore[no-any-return]

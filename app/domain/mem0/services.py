@@ -83,7 +83,9 @@ def chunk_of(body: AddIn) -> ChunkIn:
         raise ApiError(str(exc), code="validation_error", status_code=422) from exc
 
 
-async def event(session: AsyncSession, tenant_id: uuid.UUID, event_id: uuid.UUID, *, may_read: bool) -> EventOut:
+async def event(
+    session: AsyncSession, tenant_id: uuid.UUID, event_id: uuid.UUID, *, may_read: bool
+) -> EventOut:
     """An add's event: its chunk's progress, and once applied what its changeset wrote."""
     chunk = await session.get(Chunk, event_id)
     if chunk is None or chunk.tenant_id != tenant_id:

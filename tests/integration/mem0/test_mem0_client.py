@@ -149,10 +149,14 @@ async def test_the_mem0_client_runs_every_call_against_memstore_and_each_lands_i
         # batch update and batch delete: one hand edit each, whole or nothing.
         ids = [m["id"] for m in native(base_url, key, "GET", "/v1/memories?user_id=ana")["items"]]
         client.batch_update([{"memory_id": i, "text": f"fact number {n}"} for n, i in enumerate(ids)])
-        contents = {m["id"]: m["content"] for m in native(base_url, key, "GET", "/v1/memories?user_id=ana")["items"]}
+        contents = {
+            m["id"]: m["content"] for m in native(base_url, key, "GET", "/v1/memories?user_id=ana")["items"]
+        }
         assert contents == {i: f"fact number {n}" for n, i in enumerate(ids)}
         with pytest.raises(Exception, match="No such memory"):
-            client.batch_update([{"memory_id": ids[0], "text": "never"}, {"memory_id": str(uuid.uuid4()), "text": "x"}])
+            client.batch_update(
+                [{"memory_id": ids[0], "text": "never"}, {"memory_id": str(uuid.uuid4()), "text": "x"}]
+            )
         assert native(base_url, key, "GET", f"/v1/memories/{ids[0]}")["content"] == "fact number 0"
         client.batch_delete([{"memory_id": ids[0]}, {"memory_id": ids[1]}])
         left = native(base_url, key, "GET", "/v1/memories?user_id=ana")["items"]

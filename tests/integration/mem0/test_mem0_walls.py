@@ -56,7 +56,9 @@ async def _bank(sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKe
                 run_id=run,
             )
     async with sessionmaker() as session:
-        for memory in (await session.scalars(select(Memory).where(Memory.tenant_id == tenant.tenant_id))).all():
+        for memory in (
+            await session.scalars(select(Memory).where(Memory.tenant_id == tenant.tenant_id))
+        ).all():
             ids[memory.content] = str(memory.id)
     return ids
 
@@ -115,7 +117,7 @@ async def test_each_operator_and_connective_selects_the_right_memories(
         headers=token(key),
     )
     assert response.status_code == 200, response.text
-    assert [r["memory"] for r in response.json()["results"]][0] == CHOC
+    assert response.json()["results"][0]["memory"] == CHOC
     assert {r["memory"] for r in response.json()["results"]} <= {CHOC, VEG}
 
 
@@ -145,7 +147,11 @@ async def test_hostile_filters_and_bodies_are_refused_and_change_nothing(
     hostile: list[tuple[str, str, Any]] = [
         ("POST", "/v3/memories/", {"filters": _deep(50)}),
         # Past the body's nesting bound too, as raw JSON (no encoder here nests that deep).
-        ("POST", "/v3/memories/", '{"filters": ' + '{"NOT": [' * 2_000 + '{"user_id": "a"}' + "]}" * 2_000 + "}"),
+        (
+            "POST",
+            "/v3/memories/",
+            '{"filters": ' + '{"NOT": [' * 2_000 + '{"user_id": "a"}' + "]}" * 2_000 + "}",
+        ),
         ("POST", "/v3/memories/", {"filters": {"user_id": {"in": ["a"] * 100_000}}}),
         ("POST", "/v3/memories/", {"filters": {"user_id": ["ana"]}}),
         ("POST", "/v3/memories/", {"filters": {"created_at": {"gt": 12}}}),
@@ -155,11 +161,27 @@ async def test_hostile_filters_and_bodies_are_refused_and_change_nothing(
         ("POST", "/v3/memories/", {"filters": "user_id = 'ana' OR 1=1"}),
         ("POST", "/v3/memories/search/", {"query": "x", "filters": {"OR": [{"user_id": {"gte": "a"}}]}}),
         ("POST", "/v3/memories/search/", {"query": "x", "top_k": 10_000}),
-        ("POST", "/v3/memories/add/", {"messages": [{"role": "user", "content": "hi\u0000"}], "user_id": "ana"}),
+        (
+            "POST",
+            "/v3/memories/add/",
+            {"messages": [{"role": "user", "content": "hi\u0000"}], "user_id": "ana"},
+        ),
         ("POST", "/v3/memories/add/", {"messages": [{"role": "user", "content": "hi"}]}),
-        ("POST", "/v3/memories/add/", {"messages": [{"role": "user", "content": "hi"}], "user_id": "a", "x": 1}),
-        ("POST", "/v3/memories/add/", {"messages": [{"role": "user", "content": "hi"}], "user_id": "a", "timestamp": -1}),
-        ("POST", "/v3/memories/add/", {"messages": [{"role": "user", "content": "hi"}], "user_id": "a", "app_id": "x"}),
+        (
+            "POST",
+            "/v3/memories/add/",
+            {"messages": [{"role": "user", "content": "hi"}], "user_id": "a", "x": 1},
+        ),
+        (
+            "POST",
+            "/v3/memories/add/",
+            {"messages": [{"role": "user", "content": "hi"}], "user_id": "a", "timestamp": -1},
+        ),
+        (
+            "POST",
+            "/v3/memories/add/",
+            {"messages": [{"role": "user", "content": "hi"}], "user_id": "a", "app_id": "x"},
+        ),
         ("PUT", "/v1/batch/", {"memories": [{"memory_id": str(uuid.uuid4()), "text": "x"}] * 1_001}),
         ("PUT", "/v1/batch/", {"memories": [{"memory_id": "nope", "text": "x"}]}),
         ("DELETE", "/v1/batch/", {"memories": []}),
@@ -171,7 +193,11 @@ async def test_hostile_filters_and_bodies_are_refused_and_change_nothing(
             response = await mem0.request(method, path, content=body, headers=headers)
         else:
             response = await mem0.request(method, path, json=body, headers=headers)
-        assert 400 <= response.status_code < 500, (path, body if len(str(body)) < 200 else "...", response.text)
+        assert 400 <= response.status_code < 500, (
+            path,
+            body if len(str(body)) < 200 else "...",
+            response.text,
+        )
         answer = response.json()
         assert "detail" in answer, (path, response.status_code, answer)
         assert answer["detail"] == answer["error"]["message"]  # what Mem0's client raises with
@@ -213,7 +239,11 @@ async def test_other_tenants_and_lesser_keys_are_walled_off(
 
     reader = (await create_key(mem0, tenant, ["read"], name="reader"))["key"]
     for method, path, body in [
-        ("POST", "/v3/memories/add/", {"messages": [{"role": "user", "content": "I live in Oslo."}], "user_id": "ana"}),
+        (
+            "POST",
+            "/v3/memories/add/",
+            {"messages": [{"role": "user", "content": "I live in Oslo."}], "user_id": "ana"},
+        ),
         ("PUT", f"/v1/memories/{lyon}/", {"text": "changed"}),
         ("DELETE", f"/v1/memories/{lyon}/", None),
         ("DELETE", "/v1/memories/?user_id=ana", None),
