@@ -6,8 +6,9 @@ Tests and benchmarks point a writer at it exactly as at vLLM. It answers from a 
 to add what it is told. Replies can be slow, fail (500, 429 with Retry-After), break the body
 (truncated, not JSON), or carry whatever content a test needs (invented ids, huge outputs).
 Every request body is recorded, and what each caller (told apart by its bearer key) asked for is
-counted: calls, the fake's token estimate, embedding requests and texts. `LlamaCppPython` wraps a responder to answer as llama-cpp-python's
-server does with a small model behind it (its refusal of `json_schema`, its grammar-enforced schema).
+counted: calls, the fake's token estimate, embedding requests and texts. `LlamaCppPython` wraps a
+responder to answer as llama-cpp-python's server does with a small model behind it (its refusal of
+`json_schema`, its grammar-enforced schema).
 
 In-process: `async with FakeLLM() as fake: fake.base_url ...`. As its own process (benchmarks):
 `python -m tests.support.fake_llm --latency 1.0` prints `PORT <n>` and serves until killed; a
