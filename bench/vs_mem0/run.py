@@ -1,14 +1,16 @@
 """Memstore beside Mem0 OSS: the same LoCoMo chunk stream, the same fake model server, one run.
 
 Memstore runs as `memstore up` (embedded Postgres + Redis, the API, one worker process) with the
-`openai` writer in the `mem0` profile and the `openai` embedder, both pointed at the fake model
-server (`tests/support/fake_llm.py`, a process of its own). Mem0 OSS (`mem0ai==2.2.1`) runs in a
-virtual environment of its own (`.bench-venvs/mem0/`, made here on first use; never a dependency of
-Memstore) with its `pgvector` store in a database of its own on the SAME embedded Postgres, and its
-`openai` LLM and embedder pointed at the SAME fake server. Both get the same vectors (the fake's
-hashing embedder over `/v1/embeddings`) and the same decisions, each in its own protocol: what the
-user said is remembered, what an existing memory shown already says is not. The fake server tells
-the callers apart by their bearer keys and counts each one's calls and tokens.
+`openai` writer in the `mem0` profile (and, fed the same stream again, a named writer of the same
+model in the `simple` profile: one additive call per chunk, the shape of Mem0 2.2.1's add()) and the
+`openai` embedder, both pointed at the fake model server (`tests/support/fake_llm.py`, a process of
+its own). Mem0 OSS (`mem0ai==2.2.1`) runs in a virtual environment of its own (`.bench-venvs/mem0/`,
+made here on first use; never a dependency of Memstore) with its `pgvector` store in a database of
+its own on the SAME embedded Postgres, and its `openai` LLM and embedder pointed at the SAME fake
+server. Both get the same vectors (the fake's hashing embedder over `/v1/embeddings`) and the same
+decisions, each in its own protocol: what the user said is remembered, what an existing memory shown
+already says is not. The fake server tells the callers apart by their bearer keys and counts each
+one's calls and tokens.
 
 Input: LoCoMo (`--data`, default `<repo>/../shared/data/locomo10.json`). Each speaker of each
 conversation is a user; each session is cut into chunks of `--turns-per-chunk` turns (the user's as
@@ -77,6 +79,9 @@ EMBEDDING_MODEL = "fake-embedder"
 DIMENSIONS = 384
 # The bearer keys each system sends the fake server, by which it counts their calls apart.
 MEMSTORE_CALLER = "memstore-bench"
+# A named writer of the same model in the `simple` profile: one additive extraction call per chunk, the
+# shape of Mem0 2.2.1's add(), so model calls per chunk are equal on both sides.
+ONE_CALL_WRITER = "one-call"
 MEM0_CALLER = "mem0-bench"
 MEM0_DATABASE = "mem0_bench"
 MEM0_TABLE = "mem0_memories"
@@ -234,6 +239,13 @@ class Fake:
 
     def script(self, *contents: str) -> None:
         httpx.post(f"{self.url}/fake/script", json=[{"content": c} for c in contents]).raise_for_status()
+
+
+def writers_file(workdir: Path) -> Path:
+    """The writers file naming `ONE_CALL_WRITER` (unset keys take the MEMSTORE_WRITER_* settings)."""
+    path = workdir / "writers.toml"
+    path.write_text(f'[writers.{ONE_CALL_WRITER}]\nprofile = "simple"\n')
+    return path
 
 
 def per_chunk(usage: dict[str, int], chunks: int) -> dict[str, float]:
@@ -674,6 +686,10 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     report: dict[str, Any] = {
         "mem0": "mem0ai==2.2.1 (own venv; pgvector store on the same Postgres; openai LLM + embedder)",
         "memstore": "memstore up --workers 1, openai writer in the mem0 profile, openai embedder",
+        "memstore_one_call": (
+            "the same stack, chunks naming the writer `one-call`: the `simple` profile, one additive call per"
+            " chunk as Mem0 2.2.1's add() makes"
+        ),
         "embeddings": f"both from the fake server's /v1/embeddings ({DIMENSIONS}-dim hashing vectors)",
         "data": str(args.data),
         "threads": args.threads,
@@ -699,6 +715,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             # A stranded scope is found within seconds after the kill, not the default 10 + 15 s.
             "MEMSTORE_SWEEP_INTERVAL_S": "2",
             "MEMSTORE_SWEEP_MIN_AGE_S": "5",
+            "MEMSTORE_WRITERS_FILE": str(writers_file(workdir)),
         }
         with running_stack(workers=1, log_level="WARNING", env_overrides=env) as stack:
             key = stack.create_key("bench-vs-mem0", ("ingest", "read"))
@@ -725,6 +742,13 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 )
                 ms["model_per_chunk"] = per_chunk(fake.take_usage().get(MEMSTORE_CALLER, {}), ms["chunks"])
                 print_stream("Memstore", ms)
+                one_call = [
+                    {**c, "writer": ONE_CALL_WRITER}
+                    for c in locomo_stream(args.data, args.turns_per_chunk, args.chunks, f"mo{tag}")
+                ]
+                ms1 = memstore_stream(stack, key, one_call, args.threads)
+                ms1["model_per_chunk"] = per_chunk(fake.take_usage().get(MEMSTORE_CALLER, {}), ms1["chunks"])
+                print_stream("Memstore", ms1, "one call")
                 m0 = mem0_stream(
                     side,
                     stack,
@@ -733,7 +757,9 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 )
                 m0["model_per_chunk"] = per_chunk(fake.take_usage().get(MEM0_CALLER, {}), m0["chunks"])
                 print_stream("Mem0", m0)
-                report["runs"].append({"latency_s": latency, "memstore": ms, "mem0": m0})
+                report["runs"].append(
+                    {"latency_s": latency, "memstore": ms, "memstore_one_call": ms1, "mem0": m0}
+                )
 
             fake.settings(latencies[0], args.embedding_latency)
             print(f"\n  at {latencies[0]:g} s per call:", flush=True)
@@ -774,10 +800,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 # --- output ----------------------------------------------------------------------------------------
 
 
-def print_stream(name: str, r: dict[str, Any]) -> None:
+def print_stream(name: str, r: dict[str, Any], variant: str = "") -> None:
     ack, model = r["ack"], r["model_per_chunk"]
     print(
-        f"    {name:<8} ack {ack['adds_per_s']:8.1f} adds/s  p50 {ack['p50_ms']:7.1f} ms  p90"
+        f"    {name + (f' ({variant})' if variant else ''):<8} ack {ack['adds_per_s']:8.1f} adds/s"
+        f"  p50 {ack['p50_ms']:7.1f} ms  p90"
         f" {ack['p90_ms']:7.1f} ms | applied {r['applied_per_s']:6.1f}/s ({r['applied']}/{r['chunks']},"
         f" {r['first_post_to_last_applied_s']:.1f} s) | per chunk: {model['calls']:.2f} calls,"
         f" {model['prompt_tokens']:.0f}+{model['completion_tokens']:.0f} tokens,"
@@ -826,42 +853,49 @@ def print_kill(d: dict[str, Any]) -> None:
 def table(report: dict[str, Any]) -> str:
     """The markdown table of docs/benchmarks.md."""
     lines = [
-        "| measure | Memstore | Mem0 OSS 2.2.1 |",
-        "| --- | --- | --- |",
+        "| measure | Memstore, `mem0` profile (two calls) | Memstore, `simple` profile (one call)"
+        " | Mem0 OSS 2.2.1 |",
+        "| --- | --- | --- | --- |",
     ]
+
+    def model(r: dict[str, Any]) -> str:
+        m = r["model_per_chunk"]
+        return (
+            f"{m['calls']:.2f} / {m['prompt_tokens']:.0f} + {m['completion_tokens']:.0f}"
+            f" / {m['embedding_calls']:.2f}"
+        )
+
     for run in report["runs"]:
-        ms, m0, lat = run["memstore"], run["mem0"], run["latency_s"]
+        ms, ms1, m0, lat = run["memstore"], run["memstore_one_call"], run["mem0"], run["latency_s"]
         lines += [
             f"| chat app's wait at {lat:g} s/call: adds/s ({report['threads']} threads) |"
-            f" {ms['ack']['adds_per_s']:.0f} | {m0['ack']['adds_per_s']:.1f} |",
+            f" {ms['ack']['adds_per_s']:.0f} | {ms1['ack']['adds_per_s']:.0f}"
+            f" | {m0['ack']['adds_per_s']:.1f} |",
             f"| ... p50 / p90 latency | {ms['ack']['p50_ms']:.1f} / {ms['ack']['p90_ms']:.1f} ms |"
+            f" {ms1['ack']['p50_ms']:.1f} / {ms1['ack']['p90_ms']:.1f} ms |"
             f" {m0['ack']['p50_ms']:.0f} / {m0['ack']['p90_ms']:.0f} ms |",
             f"| applied chunks/s at {lat:g} s/call, first post to last applied |"
-            f" {ms['applied_per_s']:.1f} | {m0['applied_per_s']:.1f} |",
+            f" {ms['applied_per_s']:.1f} | {ms1['applied_per_s']:.1f} | {m0['applied_per_s']:.1f} |",
             f"| model calls / prompt + completion tokens / embedding requests per chunk ({lat:g} s) |"
-            f" {ms['model_per_chunk']['calls']:.2f} / {ms['model_per_chunk']['prompt_tokens']:.0f} +"
-            f" {ms['model_per_chunk']['completion_tokens']:.0f}"
-            f" / {ms['model_per_chunk']['embedding_calls']:.2f} |"
-            f" {m0['model_per_chunk']['calls']:.2f} / {m0['model_per_chunk']['prompt_tokens']:.0f} +"
-            f" {m0['model_per_chunk']['completion_tokens']:.0f}"
-            f" / {m0['model_per_chunk']['embedding_calls']:.2f} |",
+            f" {model(ms)} | {model(ms1)} | {model(m0)} |",
             f"| memories stored from {ms['chunks']} chunks ({lat:g} s) |"
-            f" {ms['memories']} | {m0['memories']} |",
+            f" {ms['memories']} | {ms1['memories']} | {m0['memories']} |",
             f"| peak RSS, own processes ({lat:g} s) | {ms['rss_peak_mb']['memstore']:.0f} MB |"
-            f" {m0['rss_peak_mb']['mem0']:.0f} MB |",
+            f" {ms1['rss_peak_mb']['memstore']:.0f} MB | {m0['rss_peak_mb']['mem0']:.0f} MB |",
         ]
     d, o, k = report["duplicates"], report["overwrite"], report["kill"]
     lines += [
         f"| 10 identical adds at once: copies stored |"
-        f" {d['memstore']['most_copies']} | {d['mem0']['most_copies']} |",
+        f" {d['memstore']['most_copies']} | (the same stack) | {d['mem0']['most_copies']} |",
         f"| overwritten fact: old text back? | yes: history shows it, a revert restores it"
-        f" ({o['memstore']['content_after_revert']!r}) |"
+        f" ({o['memstore']['content_after_revert']!r}) | (the same) |"
         f" add() never overwrites (both kept); after update(), history() shows old_memory, no revert |",
         f"| kill -9 mid-stream: acknowledged but not stored | {k['memstore']['acknowledged_not_applied']}"
-        f" of {k['memstore']['acknowledged']} |"
+        f" of {k['memstore']['acknowledged']} | (the same stack) |"
         f" {k['mem0']['acknowledged_not_stored']} of {k['mem0']['acknowledged']} |",
         f"| kill -9 mid-stream: in flight and lost | 0 (queued in Postgres; drained"
-        f" {k['memstore']['kill_to_all_applied_s']:.0f} s after the kill) | {k['mem0']['in_flight_at_kill']}"
+        f" {k['memstore']['kill_to_all_applied_s']:.0f} s after the kill) | (the same stack) |"
+        f" {k['mem0']['in_flight_at_kill']}"
         f" (+ {k['mem0']['never_started']} never sent) |",
     ]
     return "\n".join(lines)
@@ -882,9 +916,14 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ("applied chunks/s, first post to last applied", lambda r: r["applied_per_s"], False),
     ]
     for ax, (title, value, log) in zip(axes, panels, strict=True):
-        for offset, name, colour in ((-0.2, "memstore", "tab:blue"), (0.2, "mem0", "tab:orange")):
+        systems = (
+            (-0.27, "memstore", "Memstore (mem0 profile)", "tab:blue"),
+            (0.0, "memstore_one_call", "Memstore (simple profile)", "tab:cyan"),
+            (0.27, "mem0", "Mem0 2.2.1", "tab:orange"),
+        )
+        for offset, name, label, colour in systems:
             heights = [value(r[name]) for r in report["runs"]]
-            bars = ax.bar([x + offset for x in xs], heights, 0.4, label=name.capitalize(), color=colour)
+            bars = ax.bar([x + offset for x in xs], heights, 0.27, label=label, color=colour)
             ax.bar_label(bars, fmt="%.1f", fontsize=8)
         ax.set_xticks(list(xs), labels)
         ax.set_title(title, fontsize=10)
@@ -902,13 +941,13 @@ def plot(report: dict[str, Any], path: Path) -> None:
 def failures(report: dict[str, Any]) -> list[str]:
     found = []
     for run in report["runs"]:
-        ms, m0 = run["memstore"], run["mem0"]
-        lat = run["latency_s"]
-        if ms["post_error_count"] or ms["failed"] or ms["unfinished"]:
-            found.append(
-                f"Memstore at {lat:g} s: {ms['post_error_count']} refused posts, {ms['failed']} failed,"
-                f" {ms['unfinished']} unfinished chunks"
-            )
+        m0, lat = run["mem0"], run["latency_s"]
+        for ms in (run["memstore"], run["memstore_one_call"]):
+            if ms["post_error_count"] or ms["failed"] or ms["unfinished"]:
+                found.append(
+                    f"Memstore at {lat:g} s: {ms['post_error_count']} refused posts, {ms['failed']} failed,"
+                    f" {ms['unfinished']} unfinished chunks"
+                )
         if m0["error_count"] or m0["acknowledged_not_stored"]:
             found.append(
                 f"Mem0 at {lat:g} s: {m0['error_count']} add() errors {m0['errors'][:1]},"
