@@ -71,6 +71,11 @@ bench: $(STAMP) ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python bench/retrieval.py --json docs/retrieval-benchmark.json --plot docs/retrieval-benchmark.png
 	$(BIN)/python bench/embedder_outage.py
 
+.PHONY: bench-vs-mem0
+bench-vs-mem0: $(STAMP) ## Memstore beside Mem0 OSS 2.2.1 (in .bench-venvs/mem0) on LoCoMo; writes docs/vs-mem0.*
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python bench/vs_mem0/run.py --json docs/vs-mem0.json --plot docs/vs-mem0.png
+
 .PHONY: clean
 clean: ## Remove the virtualenv, caches and the local data directory
-	rm -rf $(VENV) .memstore .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .bench-venvs .memstore .pytest_cache .mypy_cache .ruff_cache

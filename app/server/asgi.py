@@ -20,6 +20,7 @@ from app.domain.console.controllers import ConsoleReadsController, console_route
 from app.domain.history.controllers import AdminHistoryController, AuditController
 from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.controllers import ChunkController
+from app.domain.mem0.controllers import mem0_paths, mem0_router
 from app.domain.memories.controllers import MemoryController
 from app.domain.provenance.controllers import ProvenanceController
 from app.domain.reviews.controllers import ReviewController
@@ -115,8 +116,9 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             await application.state.writers.aclose()
             await engine.dispose()
 
-    return Litestar(
-        route_handlers=ROUTE_HANDLERS,
+    app = Litestar(
+        # Mem0's paths only when asked for (MEMSTORE_MEM0_COMPAT, docs/mem0.md).
+        route_handlers=[*ROUTE_HANDLERS, mem0_router()] if settings.mem0_compat else ROUTE_HANDLERS,
         lifespan=[lifespan],
         dependencies={
             "db_session": Provide(provide_db_session),
@@ -136,3 +138,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         openapi_config=openapi_config(),
         logging_config=None,
     )
+    if settings.mem0_compat:
+        # Before routing: Mem0's trailing-slash paths go to the /mem0 routes.
+        app.asgi_handler = mem0_paths(app.asgi_handler)
+    return app

@@ -5,7 +5,7 @@ A name this process does not know is an error, never another writer in its place
 it, so the configuration of the API and of this worker differ (a rollout under way, a worker left
 behind), and the chunk must wait for a worker that knows it rather than be written by another model.
 
-Writers come from four places: `offline` (always there); `openai`, the endpoint the
+Writers come from four places: `offline` and `verbatim` (always there); `openai`, the endpoint the
 `MEMSTORE_WRITER_*` settings describe; named writers in the TOML file `MEMSTORE_WRITERS_FILE`:
 
     [writers.hy-prod]
@@ -143,6 +143,7 @@ class WriterRegistry:
         self._instances: dict[str, Writer] = {}
         self._policies: dict[str, str] = {}  # writer -> its destructive-ops policy (writers file)
         self.register("offline", _offline_factory)
+        self.register("verbatim", _verbatim_factory)
         if settings.writer == "openai" or settings.model_fields_set & {"writer_base_url", "writer_model"}:
             spec = spec_from_settings(settings)
             LLMWriter("openai", spec)  # fail now on a bad profile or prompt directory
@@ -201,3 +202,9 @@ def _offline_factory(name: str = "offline") -> Writer:
     from app.writers.offline import OfflineWriter
 
     return OfflineWriter(name=name)
+
+
+def _verbatim_factory(name: str = "verbatim") -> Writer:
+    from app.writers.verbatim import VerbatimWriter
+
+    return VerbatimWriter(name=name)

@@ -5,11 +5,15 @@ Tests and benchmarks point a writer at it exactly as at vLLM. It answers from a 
 (consumed in order) and otherwise from a responder that speaks each profile's protocol well enough
 to add what it is told. Replies can be slow, fail (500, 429 with Retry-After), break the body
 (truncated, not JSON), or carry whatever content a test needs (invented ids, huge outputs).
-Every request body is recorded. `LlamaCppPython` wraps a responder to answer as llama-cpp-python's
-server does with a small model behind it (its refusal of `json_schema`, its grammar-enforced schema).
+Every request body is recorded, and what each caller (told apart by its bearer key) asked for is
+counted: calls, the fake's token estimate, embedding requests and texts. `LlamaCppPython` wraps a
+responder to answer as llama-cpp-python's server does with a small model behind it (its refusal of
+`json_schema`, its grammar-enforced schema).
 
 In-process: `async with FakeLLM() as fake: fake.base_url ...`. As its own process (benchmarks):
-`python -m tests.support.fake_llm --latency 1.0` prints `PORT <n>` and serves until killed.
+`python -m tests.support.fake_llm --latency 1.0` prints `PORT <n>` and serves until killed; a
+benchmark changes its latency, reads the counts by caller and queues scripted replies over HTTP
+(`/fake/settings`, `/fake/usage`, `/fake/script`).
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ def protocol_responder(body: dict[str, Any]) -> Reply:
     system = body["messages"][0]["content"]
     # the prompt's user turn (a repair request repeats it and appends the complaint)
     user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    if "Memory Extractor" in system:  # Mem0 OSS 2.x: one additive extraction, ADD only
+        return _mem0_additive(user)
     if '"event"' in system:  # mem0 update: new facts get the ids after the shown ones
         shown = json_after(user, "Current memories:")
         existing = {m["text"] for m in shown}
@@ -116,6 +122,15 @@ def protocol_responder(body: dict[str, Any]) -> Reply:
             ]
         }
     )
+
+
+def _mem0_additive(user: str) -> Reply:
+    """Mem0 OSS 2.x's additive extraction: what the user said in the new messages, less what the
+    existing memories shown already say (the decisions the `mem0` profile's two calls reach)."""
+    new = user.split("## New Messages", 1)[-1].split("## Observation Date", 1)[0]
+    existing = {m["text"] for m in json_after(user, "## Existing Memories")}
+    said = [s for s in _user_lines(new) if s not in existing]
+    return Reply.json({"memory": [{"id": str(i), "text": s} for i, s in enumerate(said)]})
 
 
 # llama-cpp-python's answer to a `json_schema` response_format: its request model takes only "text" or
@@ -198,8 +213,12 @@ class FakeLLM:
     ) -> None:
         self.responder = responder
         self.latency_s = latency_s
+        self.embedding_latency_s: float | None = None  # None: `latency_s`
         self.model = model
         self.script: deque[Reply] = deque()
+        # By caller (the bearer key of the request, "-" without one): chat calls, prompt and
+        # completion tokens (the fake's estimate, 4 characters a token), embedding calls and texts.
+        self.usage: dict[str, dict[str, int]] = {}
         self.requests: list[dict[str, Any]] = []
         # /v1/embeddings: scripted failures first, then vectors of `embedding_dim` from a hashing model
         # (scaled, so clients must normalise), unless `embedding_dim` is changed to test a mismatch.
@@ -223,6 +242,13 @@ class FakeLLM:
     def enqueue(self, *replies: Reply) -> None:
         self.script.extend(replies)
 
+    def _count(self, request: Request[Any, Any, Any], **amounts: int) -> None:
+        auth = request.headers.get("authorization", "")
+        caller = auth.removeprefix("Bearer ").strip() or "-"
+        counts = self.usage.setdefault(caller, {})
+        for name, amount in amounts.items():
+            counts[name] = counts.get(name, 0) + amount
+
     def app(self) -> Litestar:
         @post("/v1/chat/completions", status_code=200)
         async def chat(request: Request[Any, Any, Any]) -> Response[bytes]:
@@ -241,6 +267,17 @@ class FakeLLM:
                     raw, status_code=reply.status, headers=reply.headers, media_type="application/json"
                 )
             content = reply.content if reply.content is not None else self.responder(body).content or ""
+            usage = {
+                "prompt_tokens": sum(len(m["content"]) // 4 for m in body["messages"]),
+                "completion_tokens": len(content) // 4,
+                "total_tokens": 0,
+            }
+            self._count(
+                request,
+                calls=1,
+                prompt_tokens=usage["prompt_tokens"],
+                completion_tokens=usage["completion_tokens"],
+            )
             payload = {
                 "id": f"chatcmpl-{len(self.requests)}",
                 "object": "chat.completion",
@@ -253,11 +290,7 @@ class FakeLLM:
                         "finish_reason": reply.finish_reason,
                     }
                 ],
-                "usage": {
-                    "prompt_tokens": sum(len(m["content"]) // 4 for m in body["messages"]),
-                    "completion_tokens": len(content) // 4,
-                    "total_tokens": 0,
-                },
+                "usage": usage,
             }
             return Response(
                 json.dumps(payload).encode(), headers=reply.headers, media_type="application/json"
@@ -274,7 +307,8 @@ class FakeLLM:
                 self._embeddings_arrived.set()
                 await asyncio.to_thread(release.wait)
             reply = self.embedding_script.popleft() if self.embedding_script else Reply()
-            await asyncio.sleep(self.latency_s if reply.delay_s is None else reply.delay_s)
+            default_delay = self.latency_s if self.embedding_latency_s is None else self.embedding_latency_s
+            await asyncio.sleep(default_delay if reply.delay_s is None else reply.delay_s)
             if reply.body is not None or reply.status != 200:
                 raw = reply.body if reply.body is not None else b'{"error": {"message": "fake failure"}}'
                 return Response(
@@ -282,6 +316,7 @@ class FakeLLM:
                 )
             embed_text = self.embed_text or HashingEmbedder(self.embedding_dim).embed_one
             texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            self._count(request, embedding_calls=1, embedding_texts=len(texts))
             data = [
                 {"object": "embedding", "index": i, "embedding": [3.0 * v for v in embed_text(t)]}
                 for i, t in enumerate(texts)
@@ -311,7 +346,36 @@ class FakeLLM:
             self.max_in_flight = self.in_flight
             return figures
 
-        return Litestar([chat, embeddings, models, peek, stats], debug=False)
+        @post("/fake/settings", status_code=200)
+        async def settings(data: dict[str, Any]) -> dict[str, Any]:
+            """Change the latency of chat calls (`latency_s`) and of embeddings (`embedding_latency_s`,
+            null: the same as chat calls) while serving."""
+            if "latency_s" in data:
+                self.latency_s = float(data["latency_s"])
+            if "embedding_latency_s" in data:
+                value = data["embedding_latency_s"]
+                self.embedding_latency_s = None if value is None else float(value)
+            return {"latency_s": self.latency_s, "embedding_latency_s": self.embedding_latency_s}
+
+        @get("/fake/usage")
+        async def usage() -> dict[str, dict[str, int]]:
+            """What each caller has asked for since the last reset (`POST /fake/usage`)."""
+            return self.usage
+
+        @post("/fake/usage", status_code=200)
+        async def reset_usage() -> dict[str, dict[str, int]]:
+            counted, self.usage = self.usage, {}
+            return counted
+
+        @post("/fake/script", status_code=200)
+        async def script(data: list[dict[str, Any]]) -> dict[str, int]:
+            """Queue chat replies (`{"content": "..."}` each, as `Reply`), answered before the responder's."""
+            self.enqueue(*(Reply(content=str(item["content"])) for item in data))
+            return {"queued": len(self.script)}
+
+        return Litestar(
+            [chat, embeddings, models, peek, stats, settings, usage, reset_usage, script], debug=False
+        )
 
     async def __aenter__(self) -> FakeLLM:
         config = uvicorn.Config(
@@ -380,10 +444,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per call")
+    parser.add_argument(
+        "--embedding-latency",
+        type=float,
+        default=None,
+        help="seconds per embedding request (default: --latency)",
+    )
     args = parser.parse_args()
 
     async def serve() -> None:
         fake = FakeLLM(latency_s=args.latency)
+        fake.embedding_latency_s = args.embedding_latency
         if args.port:
             config = uvicorn.Config(
                 fake.app(),

@@ -1,4 +1,4 @@
-"""Bearer-key authentication and role guards.
+"""API-key authentication (`Bearer`, or Mem0's `Token` scheme) and role guards.
 
 Every request under /v1 resolves its key to a `Principal` (tenant + roles). Resolved keys are cached
 per process for `auth_cache_ttl_s`, so the hot ingestion path does not pay a query per request, and so
@@ -33,6 +33,8 @@ from app.lib.security import has_role, hash_api_key
 # Routes reachable without a key (health checks, metrics scrapers, the OpenAPI document, the admin
 # console's static files, which hold nothing of a tenant's: the page asks for a key and sends it).
 PUBLIC_PATHS = ["^/health$", "^/ready$", "^/metrics$", "^/schema", "^/admin(/|$)"]
+# `Authorization: <scheme> <key>`: Memstore's own clients say Bearer; Mem0's say Token (docs/mem0.md).
+KEY_SCHEMES = frozenset({"bearer", "token"})
 # No key is longer; a longer one is refused before it is hashed or looked up.
 MAX_KEY_CHARS = 256
 # `last_used_at` is stamped at most this often per key.
@@ -152,14 +154,14 @@ def _bounded(cache: dict[str, _T]) -> dict[str, _T]:
 
 
 class ApiKeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
-    """`Authorization: Bearer <key>` -> `request.user` is the key's Principal; else 401."""
+    """`Authorization: Bearer <key>` (or `Token <key>`) -> `request.user` is the key's Principal; else 401."""
 
     async def authenticate_request(
         self, connection: ASGIConnection[Any, Any, Any, Any]
     ) -> AuthenticationResult:
         header = connection.headers.get("authorization", "")
         scheme, _, secret = header.partition(" ")
-        if scheme.lower() != "bearer" or not secret.strip():
+        if scheme.lower() not in KEY_SCHEMES or not secret.strip():
             raise NotAuthorizedException("A valid API key is required (Authorization: Bearer <key>).")
         resolver: KeyResolver = connection.app.state.key_resolver
         principal = await resolver.resolve(secret.strip())

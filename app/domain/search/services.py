@@ -181,7 +181,8 @@ class Searcher:
             )
         hits = await self._fetch(repo, source, tenant_id, user_id, embedding, vector, query)
         if source == "hnsw" and user_id is not None and len(hits) < query.top_k:
-            # A filtered graph scan can run out before it finds top_k rows of the scope; exact cannot.
+            # A filtered graph scan can run out before it finds top_k rows of the scope (pgvector < 0.8
+            # filters after the scan; 0.8's iterative scan stops at hnsw.max_scan_tuples); exact cannot.
             hits = await self._fetch(repo, "exact", tenant_id, user_id, embedding, vector, query)
         return hits
 

@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.models import Memory
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
-from app.domain.search.services import Searcher
+from app.domain.search.repositories import SearchRepository
+from app.domain.search.services import ITERATIVE_SCAN_VERSION, Searcher
 from app.embeddings import HashingEmbedder
 from app.server.asgi import create_app
 from app.writers.base import Op, OpKind
@@ -368,6 +369,55 @@ async def test_a_large_scope_with_a_tiny_ef_search_still_gets_the_exact_top_k(
         )
     expected = brute_force(dict(zip(ids, contents, strict=True)), query, 10)
     assert [round(r["score"], 5) for r in results] == [round(s, 5) for _, s in expected]
+
+
+async def test_the_graph_finds_a_full_top_k_of_a_small_scope_by_iterative_scan(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    """pgvector 0.8 (the embedded stack's) goes on walking the graph until the scope's filter has passed
+    top_k rows: a scope of 2 % of the tenant gets its 10 from the graph route alone, where a plain
+    filtered scan of the same graph comes back nearly empty."""
+    rng = random.Random(17)
+    contents = [sentence(rng) for _ in range(20)]
+    mine = dict(zip(await add(sessionmaker, tenant.tenant_id, "small", contents), contents, strict=True))
+    await add(sessionmaker, tenant.tenant_id, "crowd", [sentence(rng) for _ in range(1000)])
+    async with sessionmaker() as session, session.begin():
+        await session.execute(
+            text("ANALYZE memories")
+        )  # else the planner guesses one row and skips the graph
+    embedding = (await EMBEDDER.embed(["coffee jazz"]))[0]
+
+    async def graph_route(*, iterative: bool) -> list[uuid.UUID]:
+        async with sessionmaker() as session, session.begin():
+            repo = SearchRepository(session)
+            if iterative and await repo.vector_version() < ITERATIVE_SCAN_VERSION:
+                pytest.skip("the database's pgvector predates iterative index scans")
+            await repo.tune_hnsw(10, iterative=iterative)
+            # At a thousand rows the planner would rather sort the tenant than walk its graph.
+            await session.execute(text("SELECT set_config('enable_sort', 'off', true)"))
+            hits = await repo.search(
+                "hnsw",
+                tenant_id=tenant.tenant_id,
+                user_id="small",
+                embedding=embedding,
+                vector=True,
+                words=[],
+                top_k=10,
+                pool=10,
+                fusion=settings.search_fusion,
+                vector_weight=settings.search_vector_weight,
+                rrf_k=settings.search_rrf_k,
+                threshold=-1.0,
+                agent_id=None,
+                tags=(),
+                as_of=None,
+            )
+        return [h.id for h in hits]
+
+    found = await graph_route(iterative=True)
+    assert len(found) == 10
+    assert set(found) <= set(mine)
+    assert len(await graph_route(iterative=False)) < 10  # the same graph, filtered after the scan
 
 
 @pytest.mark.parametrize("min_scope", [20_000, 1], ids=["exact", "hnsw"])
