@@ -1,4 +1,6 @@
-"""SQL of history: heads and past versions, changesets, restorations written set-wise, and purge."""
+"""SQL of history: heads and past versions, changesets, and purge.
+
+Undo decides here what to restore; `memories.version_writer` writes it."""
 
 from __future__ import annotations
 
@@ -11,51 +13,15 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, func, select, text, true, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.types import Integer, String
+from sqlalchemy.types import Integer
 
-from app.db.base import vector_text
 from app.db.models import AuditEvent, Changeset, Chunk, Memory, MemoryVersion, Review, Scope
 from app.domain.memories.repositories import VERSIONS, VersionState, in_force_at
+from app.domain.memories.version_writer import Restoration
 
 MEMORIES = cast("Table", Memory.__table__)
 _m = MEMORIES.c
 _v = VERSIONS.c
-
-# One INSERT ... SELECT writes every new version of a restoration: the state is copied from the
-# source version inside Postgres, and `p.status` overrides the status (an undone ADD becomes
-# `deleted`). The vector: one the caller embedded afresh (`stale_vectors`), else the head's own if the
-# text is the head's (it follows a re-embedding), else the one in force at the source version.
-_INSERT_RESTORED = text(
-    """
-    INSERT INTO memory_versions (
-        tenant_id, user_id, memory_id, version, op, content, tags, owner, status, memory_at,
-        embedding, changeset_id, actor, reason)
-    SELECT tv.tenant_id, tv.user_id, tv.memory_id, p.new_version, :op, tv.content, tv.tags, tv.owner,
-           p.status, tv.memory_at,
-           COALESCE(CAST(f.vector AS vector), CASE WHEN tv.content = m.content THEN m.embedding END,
-               tv.embedding, (
-               SELECT e.embedding FROM memory_versions e
-               WHERE e.memory_id = tv.memory_id AND e.version < tv.version AND e.embedding IS NOT NULL
-               ORDER BY e.version DESC LIMIT 1)),
-           :changeset_id, :actor, :reason
-    FROM unnest(:memory_ids, :source_versions, :new_versions, :statuses)
-         AS p(memory_id, source_version, new_version, status)
-    -- LATERAL: one probe of the (memory_id, version) index per row, however long the history.
-    CROSS JOIN LATERAL (
-        SELECT * FROM memory_versions v WHERE v.memory_id = p.memory_id AND v.version = p.source_version
-    ) tv
-    JOIN memories m ON m.id = p.memory_id
-    LEFT JOIN unnest(:fresh_ids, :fresh_vectors) AS f(memory_id, vector) ON f.memory_id = p.memory_id
-    WHERE tv.tenant_id = :tenant_id AND tv.user_id = :user_id
-    """
-).bindparams(
-    bindparam("memory_ids", type_=ARRAY(UUID(as_uuid=True))),
-    bindparam("source_versions", type_=ARRAY(Integer)),
-    bindparam("new_versions", type_=ARRAY(Integer)),
-    bindparam("statuses", type_=ARRAY(String)),
-    bindparam("fresh_ids", type_=ARRAY(UUID(as_uuid=True))),
-    bindparam("fresh_vectors", type_=ARRAY(String)),
-)
 
 # Restorations whose text differs from the head's and whose stored vector was written before the last
 # `memstore reembed` finished (`embedding_config.changed_at`): that vector is another model's. Without
@@ -78,18 +44,6 @@ _STALE_VECTORS = text(
 ).bindparams(
     bindparam("memory_ids", type_=ARRAY(UUID(as_uuid=True))),
     bindparam("source_versions", type_=ARRAY(Integer)),
-)
-
-# ... and one UPDATE moves the heads to the versions just written under the changeset.
-_UPDATE_HEADS = text(
-    """
-    UPDATE memories m
-    SET version = nv.version, status = nv.status, content = nv.content, tags = nv.tags,
-        owner = nv.owner, memory_at = nv.memory_at, embedding = nv.embedding,
-        changeset_id = nv.changeset_id, updated_at = now()
-    FROM memory_versions nv
-    WHERE nv.changeset_id = :changeset_id AND m.id = nv.memory_id
-    """
 )
 
 _STATES_AT = text(
@@ -139,16 +93,6 @@ class Touch:
     version: int
     changeset_id: uuid.UUID
     user_id: str
-
-
-@dataclass(frozen=True)
-class Restoration:
-    """One memory's next version: the state of `source_version` with `status`."""
-
-    memory_id: uuid.UUID
-    source_version: int
-    new_version: int
-    status: str
 
 
 class HistoryRepository:
@@ -261,44 +205,6 @@ class HistoryRepository:
             }
             for r in rows
         ]
-
-    async def write_restorations(
-        self,
-        *,
-        tenant_id: uuid.UUID,
-        user_id: str,
-        changeset_id: uuid.UUID,
-        op: str,
-        actor: str,
-        reason: str | None,
-        restorations: Sequence[Restoration],
-        vectors: dict[uuid.UUID, list[float]] | None = None,
-    ) -> None:
-        """New versions for every restoration and the heads moved to them: two statements in all.
-        `vectors`: fresh vectors for some of the memories, instead of the stored ones."""
-        if not restorations:
-            return
-        vectors = vectors or {}
-        await self.session.execute(
-            _INSERT_RESTORED,
-            {
-                "tenant_id": tenant_id,
-                "user_id": user_id,
-                "changeset_id": changeset_id,
-                "op": op,
-                "actor": actor,
-                "reason": reason,
-                "memory_ids": [r.memory_id for r in restorations],
-                "source_versions": [r.source_version for r in restorations],
-                "new_versions": [r.new_version for r in restorations],
-                "statuses": [r.status for r in restorations],
-                "fresh_ids": list(vectors),
-                "fresh_vectors": [vector_text(v) for v in vectors.values()],
-            },
-        )
-        # Through the new versions' changeset index and the primary key: a handful of rows for a
-        # revert, the whole bank for a restore, and never a scan of every memory of the tenant.
-        await self.session.execute(_UPDATE_HEADS, {"changeset_id": changeset_id})
 
     async def stale_vectors(
         self, tenant_id: uuid.UUID, restorations: Sequence[Restoration]

@@ -31,9 +31,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Changeset, Chunk
 from app.domain.audit.services import record_event
-from app.domain.history.repositories import HistoryRepository, Restoration
+from app.domain.history.repositories import HistoryRepository
 from app.domain.memories.repositories import ChangesetRepository, VersionState
 from app.domain.memories.services import get_memory
+from app.domain.memories.version_writer import Restoration, VersionWriter
 from app.domain.pipeline.locks import scope_lock_key
 from app.domain.shadows.services import banks as shadow_banks
 from app.embeddings import Embedder
@@ -181,6 +182,7 @@ async def write_undo(
     if missing:
         raise _Unembedded(missing)
     vectors = {memory_id: embedded[content] for memory_id, content in stale}
+    version_writer = VersionWriter(session)
     for scope, restorations in planned:
         changeset_id = uuid.uuid4()
         await ChangesetRepository(session).insert_many(
@@ -207,7 +209,7 @@ async def write_undo(
                 }
             ]
         )
-        await repo.write_restorations(
+        await version_writer.write_restorations(
             tenant_id=tenant_id,
             user_id=scope.user_id,
             changeset_id=changeset_id,

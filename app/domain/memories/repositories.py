@@ -1,4 +1,6 @@
-"""SQL of memories, memory versions and changesets."""
+"""SQL reading memories and memory versions, and writing changesets.
+
+Rows of `memories` and `memory_versions` are written by `version_writer` alone."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, any_, bindparam, func, insert, select, text, true, tuple_, update
+from sqlalchemy import Table, any_, bindparam, func, insert, select, text, true, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -57,7 +59,7 @@ class MemoryState:
         }
 
     def change(self, changeset_id: uuid.UUID, **values: Any) -> dict[str, Any]:
-        """Parameters of the UPDATE that writes this memory's next version."""
+        """Parameters of the UPDATE moving this head to its next version (`VersionWriter.write_applied`)."""
         return {
             "b_id": self.id,
             "b_version": self.version + 1,
@@ -317,39 +319,10 @@ class MemoryRepository:
             if (r.tenant_id, r.id) in wanted
         }
 
-    async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
-        if rows:
-            await self.session.execute(insert(MEMORIES), list(rows))
-
-    async def update_many(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Write new heads; an UPDATE keeps the old vector unless it brings a new one."""
-        if not rows:
-            return
-        m = MEMORIES.c
-        stmt = (
-            update(MEMORIES)
-            .where(m.id == bindparam("b_id"))
-            .values(
-                version=bindparam("b_version"),
-                status=bindparam("b_status"),
-                content=bindparam("b_content"),
-                tags=bindparam("b_tags"),
-                changeset_id=bindparam("b_changeset_id"),
-                updated_at=func.now(),
-                embedding=func.coalesce(bindparam("b_embedding", type_=m.embedding.type), m.embedding),
-                memory_at=func.coalesce(bindparam("b_memory_at", type_=m.memory_at.type), m.memory_at),
-            )
-        )
-        await (await self.session.connection()).execute(stmt, list(rows))
-
 
 class VersionRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
-
-    async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
-        if rows:
-            await self.session.execute(insert(VERSIONS), list(rows))
 
     async def history(self, tenant_id: uuid.UUID, memory_id: uuid.UUID) -> Sequence[MemoryVersion]:
         stmt = (
@@ -383,32 +356,13 @@ class ChangesetRepository:
     async def insert_imported(self, rows: Sequence[dict[str, Any]]) -> int:
         """Changesets of another instance's export (`transfer`); those already here are left as they
         are. How many were new."""
-        return await _insert_new(self.session, CHANGESETS, rows)
+        return await insert_new(self.session, CHANGESETS, rows)
 
 
-async def _insert_new(session: AsyncSession, table: Table, rows: Sequence[dict[str, Any]]) -> int:
+async def insert_new(session: AsyncSession, table: Table, rows: Sequence[dict[str, Any]]) -> int:
     """INSERT ... ON CONFLICT DO NOTHING: how many of `rows` were new."""
     if not rows:
         return 0
     key = next(iter(table.primary_key.columns))
     stmt = pg_insert(table).on_conflict_do_nothing().returning(key)
     return len((await session.execute(stmt, list(rows))).all())
-
-
-async def insert_imported_memories(
-    session: AsyncSession, heads: Sequence[dict[str, Any]], versions: Sequence[dict[str, Any]]
-) -> tuple[int, int]:
-    """Memories and versions of another instance's export (`transfer`), as they were written there.
-    Versions already here are left as they are; a head moves only to a later version (a later export of
-    the same user). How many heads were written and versions were new."""
-    written = 0
-    if heads:
-        insert_heads = pg_insert(MEMORIES)
-        changed = ("content", "tags", "owner", "memory_at", "status", "version", "embedding", "changeset_id")
-        upsert = insert_heads.on_conflict_do_update(
-            index_elements=[_m.id],
-            set_={name: insert_heads.excluded[name] for name in (*changed, "updated_at")},
-            where=_m.version < insert_heads.excluded.version,
-        ).returning(_m.id)
-        written = len((await session.execute(upsert, list(heads))).all())
-    return written, await _insert_new(session, VERSIONS, versions)

@@ -7,11 +7,13 @@ walk ends the target becomes the recorded embedder. While a run is under way, se
 target embedder are allowed (the bank is partly re-embedded); others are refused.
 
 No network call is made with a transaction open: a batch is read, the read ends, the texts are
-embedded, and a second transaction writes the vectors and moves the cursor. A memory edited while its
-batch was embedded must not get the vector of the text it no longer holds, so each vector is written
-only where the memory still holds the text it was made from; the memories whose text changed are read
-again and embedded again before the cursor passes them. (Edits made behind the cursor come from
-processes with the new embedder: those with the old one are stopped before a run, as the CLI says.)
+embedded, and a second transaction writes the vectors (`VersionWriter.write_vectors`) and moves the
+cursor. A memory edited while its batch was embedded must not get the vector of the text it no longer
+holds, so each vector is written only where the memory still holds the text it was made from (an edit
+committing meanwhile holds the row until it commits, and the UPDATE then checks the edited row); the
+memories whose text changed are read again and embedded again before the cursor passes them. (Edits
+made behind the cursor come from processes with the new embedder: those with the old one are stopped
+before a run, as the CLI says.)
 
 Version rows keep the vectors they were written with (history is append-only); `as_of` searches use
 the re-embedded vector of a memory whose content is unchanged since, which covers most of the past,
@@ -24,32 +26,15 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Table, bindparam, func, select, text, update
-from sqlalchemy.dialects.postgresql import ARRAY, UUID, insert
+from sqlalchemy import Table, func, select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.types import String, Text
 
-from app.db.base import vector_text
 from app.db.models import EmbeddingConfig, Memory
+from app.domain.memories.version_writer import VersionWriter
 from app.embeddings import Embedder
 
 MEMORIES: Table = Memory.__table__  # type: ignore[assignment]
-
-# Each vector where its memory still holds the text it was embedded from; the ids written come back.
-# An edit committing meanwhile holds the row until it commits, and the UPDATE then re-checks the
-# condition against the edited row.
-_WRITE_UNCHANGED = text(
-    """
-    UPDATE memories m SET embedding = CAST(f.vector AS vector)
-    FROM unnest(:ids, :contents, :vectors) AS f(id, content, vector)
-    WHERE m.id = f.id AND m.content = f.content
-    RETURNING m.id
-    """
-).bindparams(
-    bindparam("ids", type_=ARRAY(UUID(as_uuid=True))),
-    bindparam("contents", type_=ARRAY(Text)),
-    bindparam("vectors", type_=ARRAY(String)),
-)
 
 
 class ReembedError(RuntimeError):
@@ -154,18 +139,7 @@ async def _reembed_batch(
     while pending:
         vectors = await embedder.embed(list(pending.values()))
         async with sessionmaker() as session, session.begin():
-            written = set(
-                (
-                    await session.execute(
-                        _WRITE_UNCHANGED,
-                        {
-                            "ids": list(pending),
-                            "contents": list(pending.values()),
-                            "vectors": [vector_text(v) for v in vectors],
-                        },
-                    )
-                ).scalars()
-            )
+            written = await VersionWriter(session).write_vectors(pending, vectors)
             changed = [memory_id for memory_id in pending if memory_id not in written]
             pending = {}
             if changed:

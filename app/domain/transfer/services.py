@@ -25,7 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.audit.services import record_event
 from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
-from app.domain.memories.repositories import ChangesetRepository, insert_imported_memories
+from app.domain.memories.repositories import ChangesetRepository
+from app.domain.memories.version_writer import VersionWriter
 from app.domain.transfer.schemas import ChangesetRecord, ChunkRecord, ImportIn, MemoryRecord
 from app.embeddings import Embedder
 from app.lib.errors import ApiError
@@ -127,7 +128,7 @@ async def import_batch(
         ),
         "chunks": await chunks.insert_imported([_chunk_row(importer, c) for c in batch.chunks]),
     }
-    written["memories"], written["versions"] = await insert_imported_memories(session, heads, versions)
+    written["memories"], written["versions"] = await VersionWriter(session).write_imported(heads, versions)
     if any(written.values()):
         await record_event(
             session,

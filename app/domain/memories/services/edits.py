@@ -1,0 +1,129 @@
+"""Hand edits: an edit or a delete of one memory by a key with the `write` role, applied as an op
+(UPDATE, DELETE) under a changeset of kind `manual` attributed to the key, and audited."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import Memory
+from app.domain.audit.services import record_event
+from app.domain.memories.services.apply import apply_ops
+from app.domain.memories.services.guards import storable
+from app.domain.memories.services.reads import get_memory
+from app.domain.memories.services.requests import ApplyLimits, Provenance, Shown, Vectors
+from app.embeddings import Embedder
+from app.lib.errors import ApiError, ConflictError
+from app.writers.base import Op, OpKind
+
+
+async def edit_memory(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    memory_id: uuid.UUID,
+    *,
+    content: str | None,
+    tags: list[str] | None,
+    reason: str | None,
+    actor: str,
+    request_id: str | None,
+    embedder: Embedder,
+    limits: ApplyLimits | None = None,
+) -> Memory:
+    """A hand edit: a new version (op UPDATE) under a `manual` changeset, attributed to `actor`.
+
+    A new text is embedded before the request's first statement, so no transaction is open while the
+    embedder answers; a tags-only edit keeps the text, and with it the memory's stored vector.
+    """
+    limits = limits or ApplyLimits()
+    new_text = None if content is None else content.strip()
+    vectors: dict[str, list[float]] | None = None
+    if new_text is not None:
+        may_store = storable(new_text, limits)  # otherwise the content guard answers 422
+        vectors = dict(zip([new_text], await embedder.embed([new_text]), strict=True)) if may_store else {}
+    memory = await get_memory(session, tenant_id, memory_id)
+    text = memory.content if new_text is None else new_text
+    if text == memory.content and (not tags or list(tags) == list(memory.tags)):
+        return memory  # nothing to change (empty tags keep the memory's); no version for it
+    if vectors is None and memory.embedding is not None:
+        vectors = {memory.content: [float(v) for v in memory.embedding]}
+    op = Op(OpKind.UPDATE, text, targets=(0,), tags=tuple(tags or ()), reason=reason)
+    return await _manual_write(
+        session, memory, op, "memory.updated", actor, request_id, embedder, limits, vectors
+    )
+
+
+async def delete_memory(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    memory_id: uuid.UUID,
+    *,
+    reason: str | None,
+    actor: str,
+    request_id: str | None,
+    embedder: Embedder,
+) -> Memory:
+    """A soft delete by hand: a new version (op DELETE, status `deleted`); history keeps the content."""
+    memory = await get_memory(session, tenant_id, memory_id)
+    if memory.status == "deleted":
+        return memory
+    op = Op(OpKind.DELETE, targets=(0,), reason=reason)
+    # A delete stores no text: nothing to embed.
+    return await _manual_write(
+        session, memory, op, "memory.deleted", actor, request_id, embedder, ApplyLimits(), {}
+    )
+
+
+async def _manual_write(
+    session: AsyncSession,
+    memory: Memory,
+    op: Op,
+    action: str,
+    actor: str,
+    request_id: str | None,
+    embedder: Embedder,
+    limits: ApplyLimits,
+    vectors: Vectors | None,
+) -> Memory:
+    if memory.status != "active":
+        raise ConflictError(
+            f"The memory is {memory.status}; only an active memory can be edited "
+            "(an admin can roll it back).",
+            code="memory_not_active",
+            details={"status": memory.status},
+        )
+    outcome = await apply_ops(
+        session,
+        tenant_id=memory.tenant_id,
+        user_id=memory.user_id,
+        ops=[op],
+        shown={0: Shown(memory.id, memory.version)},
+        provenance=Provenance(actor=actor, kind="manual", reason=op.reason),
+        embedder=embedder,
+        vectors=vectors,
+        agent_id=memory.agent_id,
+        run_id=memory.run_id,
+        limits=limits,
+    )
+    if outcome.applied == 0:
+        guard = outcome.guards[-1] if outcome.guards else {"guard": "unknown", "detail": "not applied"}
+        if guard["guard"] in ("bad_content", "placeholder"):
+            raise ApiError(guard["detail"], code="validation_error", status_code=422)
+        raise ConflictError(
+            "The memory changed meanwhile; read it again and retry.",
+            code="memory_changed",
+            details={"guard": guard["guard"]},
+        )
+    await record_event(
+        session,
+        tenant_id=memory.tenant_id,
+        actor=actor,
+        action=action,
+        target_type="memory",
+        target_id=str(memory.id),
+        request_id=request_id,
+        summary={"changeset_id": str(outcome.changeset_id), "version": memory.version + 1},
+    )
+    await session.refresh(memory)
+    return memory

@@ -1,0 +1,188 @@
+"""The guards: which of a writer's ops may apply, checked against what it was shown and the memories
+as they stand under their locks; which are held for review; and which ADDs only repeat a memory.
+
+A dropped op is recorded on its changeset as a guard (`{"guard", "op_index", "op", "detail"}`), never
+raised: one bad op of a result leaves the others to apply. docs/writers.md lists the guards.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from app.domain.memories.polarity import opposite_polarity
+from app.domain.memories.repositories import MemoryRepository, MemoryState
+from app.domain.memories.services.requests import ApplyLimits, ApplyRequest, Shown
+from app.writers.base import Op, OpKind, is_placeholder
+
+
+def guard(guards: list[dict[str, Any]], name: str, index: int, op: Op, detail: str) -> None:
+    guards.append({"guard": name, "op_index": index, "op": op.kind.value, "detail": detail})
+
+
+WRITES_CONTENT = (OpKind.ADD, OpKind.SUPERSEDE, OpKind.UPDATE)
+
+
+def storable(text: str, limits: ApplyLimits) -> bool:
+    """Whether `text` (stripped) may be stored as a memory's content."""
+    return bool(text) and len(text) <= limits.max_chars and "\x00" not in text
+
+
+Checked = list[tuple[int, Op, list[MemoryState]]]
+
+
+def check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
+    ops: Sequence[Op],
+    shown: dict[int, Shown],
+    locked: dict[uuid.UUID, MemoryState],
+    guards: list[dict[str, Any]],
+    memory_at: datetime | None,
+    limits: ApplyLimits,
+    held: Checked,
+) -> Checked:
+    """The ops that may be applied, each with its target memories; those the destructive-ops policy
+    holds for review go to `held`; the rest become guards."""
+    accepted: Checked = []
+    touched: set[uuid.UUID] = set()
+    for index, op in enumerate(ops):
+        if index >= limits.max_ops:
+            guard(guards, "too_many_ops", index, op, f"only the first {limits.max_ops} ops of a result apply")
+            continue
+        unknown = [t for t in op.targets if t not in shown]
+        if unknown:
+            guard(guards, "unknown_id", index, op, f"ids {unknown} were not shown to the writer")
+            continue
+        if op.kind in (OpKind.UPDATE, OpKind.DELETE) and len(op.targets) != 1:
+            guard(guards, "bad_targets", index, op, f"{op.kind.value} needs exactly one target")
+            continue
+        if op.kind is OpKind.SUPERSEDE and not op.targets:
+            guard(guards, "bad_targets", index, op, "SUPERSEDE needs at least one target")
+            continue
+        if op.kind is OpKind.ADD and op.targets:
+            guard(guards, "bad_targets", index, op, "ADD takes no targets")
+            continue
+        if len(set(op.targets)) != len(op.targets):
+            guard(guards, "bad_targets", index, op, "an op names the same memory twice")
+            continue
+        if op.kind in WRITES_CONTENT and not storable((op.content or "").strip(), limits):
+            guard(
+                guards, "bad_content", index, op, f"content must be 1..{limits.max_chars} characters, no NUL"
+            )
+            continue
+        if op.kind in WRITES_CONTENT and is_placeholder(op.content or ""):
+            guard(guards, "placeholder", index, op, "content is a stand-in, not a statement")
+            continue
+        if op.kind is OpKind.NOOP:
+            accepted.append((index, op, []))
+            continue
+        targets: list[MemoryState] = []
+        problem = None
+        for local_id in op.targets:
+            memory = locked.get(shown[local_id].memory_id)
+            if memory is not None and memory.id in touched:
+                problem = ("duplicate_target", f"memory {local_id} is already changed by an earlier op")
+            elif memory is None or memory.version != shown[local_id].version or memory.status != "active":
+                problem = ("stale_target", f"memory {local_id} changed after it was shown to the writer")
+            if problem or memory is None:
+                break
+            targets.append(memory)
+        if problem is None and op.kind in (OpKind.UPDATE, OpKind.SUPERSEDE) and memory_at is not None:
+            newer = [m for m in targets if m.memory_at is not None and m.memory_at > memory_at]
+            if newer:
+                # An older statement never rewrites a newer fact (a late import, a replayed history).
+                problem = (
+                    "older_fact",
+                    f"the statement ({memory_at:%Y-%m-%d}) is older than a memory it "
+                    f"would replace ({newer[0].memory_at:%Y-%m-%d})",
+                )
+        if problem:
+            guard(guards, problem[0], index, op, problem[1])
+            continue
+        if (
+            op.kind is OpKind.UPDATE
+            and targets[0].content == (op.content or "").strip()
+            and (not op.tags or tuple(op.tags) == targets[0].tags)
+        ):
+            guard(guards, "unchanged", index, op, "UPDATE repeats the current content")
+            continue
+        touched.update(m.id for m in targets)
+        if op.kind in limits.destructive_kinds and limits.destructive == "deny":
+            guard(guards, "denied_op", index, op, f"the policy denies a writer's {op.kind.value}")
+        elif op.kind in limits.destructive_kinds and limits.destructive == "review":
+            held.append((index, op, targets))  # its guard, naming the review, is recorded with the rows
+        else:
+            accepted.append((index, op, targets))
+    return accepted
+
+
+@dataclass
+class Plan:
+    """One request after the guards: the ops that may apply (with their targets) and their vectors."""
+
+    request: ApplyRequest
+    accepted: Checked
+    guards: list[dict[str, Any]]
+    held: Checked = field(default_factory=list)  # ops kept as pending reviews
+    vectors: list[list[float]] = field(default_factory=list)  # one per content-writing accepted op
+    duplicates: dict[int, tuple[str, str]] = field(default_factory=dict)  # op index -> (of what, why)
+
+
+async def find_near_duplicates(memories: MemoryRepository, plans: Sequence[Plan]) -> None:
+    """Mark ADDs that repeat an active memory of their scope or an earlier ADD of the same result.
+
+    A memory the same result replaces or deletes does not count: re-adding it is a correction; nor
+    does one that says the opposite ("likes jazz" / "dislikes jazz", close as vectors). One query finds
+    the nearest active memory for every ADD of every plan.
+    """
+    adds: list[tuple[Plan, int, list[float], str]] = []
+    for plan in plans:
+        if plan.request.limits.duplicate_threshold > 1.0:  # a threshold above 1 turns the check off
+            continue
+        vectors = iter(plan.vectors)
+        for index, op, _ in plan.accepted:
+            if op.kind in WRITES_CONTENT:
+                vector = next(vectors)
+                if op.kind is OpKind.ADD:
+                    adds.append((plan, index, vector, op.content or ""))
+    if not adds:
+        return
+    closest = await memories.closest_active(
+        [(p.request.tenant_id, p.request.user_id, vector) for p, _, vector, _ in adds]
+    )
+    kept: dict[int, list[tuple[int, list[float], str]]] = {}  # per plan: ADDs that stay
+    for (plan, index, vector, content), near in zip(adds, closest, strict=True):
+        threshold = plan.request.limits.duplicate_threshold
+        replaced = {m.id for _, op, targets in plan.accepted if op.kind is not OpKind.UPDATE for m in targets}
+        if (
+            near is not None
+            and near[0] not in replaced
+            and near[1] >= threshold
+            and not opposite_polarity(content, near[2])
+        ):
+            plan.duplicates[index] = (
+                str(near[0]),
+                f"repeats active memory {near[0]} (similarity {near[1]:.3f})",
+            )
+            continue
+        earlier = kept.setdefault(id(plan), [])
+        twin = next(
+            (
+                i
+                for i, v, text_ in earlier
+                if _cosine(v, vector) >= threshold and not opposite_polarity(content, text_)
+            ),
+            None,
+        )
+        if twin is not None:
+            plan.duplicates[index] = (f"op:{twin}", f"repeats op {twin} of the same result")
+            continue
+        earlier.append((index, vector, content))
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
+    return dot / norm if norm else 0.0
