@@ -202,7 +202,6 @@ def serve(
 @cli.command()
 def worker() -> None:
     """Run one arq worker process (concurrency: MEMSTORE_WORKER_MAX_JOBS)."""
-    from arq.worker import run_worker
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -210,6 +209,7 @@ def worker() -> None:
     _require_urls(settings)
     configure_logging(settings.log_level, settings.log_format, process="worker")
     from workers.settings import WorkerSettings
+    from workers.wakeable import WakeableWorker
 
     with contextlib.suppress(ImportError):  # uvloop (from uvicorn[standard]): a cheaper event loop per query
         import uvloop
@@ -222,7 +222,7 @@ def worker() -> None:
     stop = threading.Event()
     while True:
         try:
-            run_worker(WorkerSettings)
+            WakeableWorker(**WorkerSettings).run()
             return
         except (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError) as exc:
             log.warning("worker.redis_lost", error=type(exc).__name__)

@@ -112,7 +112,13 @@ class Settings(BaseSettings):
     worker_job_timeout_s: float = Field(default=300.0, description="A job running longer is cancelled.")
     worker_poll_delay_s: float = Field(
         default=0.5,
-        description="Seconds between a worker's looks at the queue (the most an idle scope's chunk waits).",
+        description="Seconds between a worker's looks at the queue when no wake-up reaches it (the most an "
+        "idle scope's chunk waits if a wake-up is lost).",
+    )
+    worker_wake: bool = Field(
+        default=True,
+        description="The API publishes a wake-up with each batch of jobs it enqueues, so an idle worker "
+        "looks at the queue at once instead of at its next poll.",
     )
     worker_shutdown_wait_s: int = Field(
         default=75,

@@ -123,5 +123,6 @@ def worker_options(settings: Settings) -> dict[str, Any]:
     }
 
 
-# Read by arq (via `memstore worker`, or `arq workers.settings.WorkerSettings`).
+# Read by `memstore worker` (a `workers.wakeable.WakeableWorker`); `arq workers.settings.WorkerSettings`
+# also runs them, with arq's plain worker (no wake-ups: it waits out its poll delay).
 WorkerSettings: dict[str, Any] = worker_options(get_settings())

@@ -20,6 +20,8 @@ from redis.exceptions import RedisError
 log = structlog.get_logger(__name__)
 
 QUEUE_NAME = "memstore:queue"
+# Published once per batch of enqueued jobs; idle workers listening end their wait between polls.
+WAKE_CHANNEL = "memstore:wake"
 
 
 def redis_settings(url: str, retries: int = 0) -> RedisSettings:
@@ -42,16 +44,18 @@ def create_redis(url: str) -> ArqRedis:
 class JobQueue:
     """Best-effort enqueue of jobs by function name."""
 
-    def __init__(self, redis: ArqRedis, timeout_s: float = 1.0) -> None:
+    def __init__(self, redis: ArqRedis, timeout_s: float = 1.0, *, wake: bool = True) -> None:
         self.redis = redis
         self.timeout_s = timeout_s
+        self.wake = wake
 
     async def enqueue_many(self, jobs: list[tuple[str, dict[str, Any]]]) -> int:
         """Enqueue jobs in one round trip; return how many reached Redis. Never raises on a Redis fault.
 
         Each job is written exactly as arq's `enqueue_job` writes it (job key + queue entry), without
         its per-job existence check: callers name jobs uniquely (`chunk:<id>`), and a duplicate wake-up
-        is harmless anyway (the worker finds the chunk applied).
+        is harmless anyway (the worker finds the chunk applied). With `wake`, one message on
+        `WAKE_CHANNEL` follows them, so a waiting worker polls now; a lost one costs only the poll delay.
         """
         if not jobs:
             return 0
@@ -65,6 +69,8 @@ class JobQueue:
                     payload = serialize_job(function, (), kwargs, None, now_ms)
                     pipe.psetex(job_key_prefix + job_id, expires_extra_ms, payload)
                     pipe.zadd(QUEUE_NAME, {job_id: now_ms})
+                if self.wake:
+                    pipe.publish(WAKE_CHANNEL, b"")  # after the jobs, in the same round trip
                 await pipe.execute()
         except (RedisError, OSError, TimeoutError) as exc:
             log.warning("queue.enqueue_skipped", jobs=len(jobs), error=type(exc).__name__)

@@ -79,7 +79,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         if settings.redis_url is None:
             msg = "MEMSTORE_REDIS_URL is not set (run `memstore up` for the embedded stack)"
             raise RuntimeError(msg)
-        queue = JobQueue(create_redis(settings.redis_url))
+        queue = JobQueue(create_redis(settings.redis_url), wake=settings.worker_wake)
         key_resolver = KeyResolver(sessionmaker, settings.auth_cache_ttl_s, default_limit)
         key_events = KeyEvents(settings.redis_url, key_resolver)
         key_events.start()

@@ -15,20 +15,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from arq.worker import Worker
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.models import Chunk
 from workers.settings import shutdown, worker_options
+from workers.wakeable import WakeableWorker
 
 
 @contextlib.asynccontextmanager
-async def running_worker(settings: Settings, **overrides: Any) -> AsyncIterator[Worker]:
-    """An arq worker with the production options, polling fast, inside the test's event loop."""
+async def running_worker(settings: Settings, **overrides: Any) -> AsyncIterator[WakeableWorker]:
+    """The worker `memstore worker` runs, with the production options, polling fast, inside the test's
+    event loop."""
     options = worker_options(settings) | {"handle_signals": False, "poll_delay": 0.02} | overrides
-    worker = Worker(**options)
+    worker = WakeableWorker(**options)
     task = asyncio.create_task(worker.main())
     try:
         yield worker

@@ -1,0 +1,85 @@
+"""An idle worker takes up a new chunk when the API's wake-up reaches it, not at its next poll; without
+wake-ups the poll still finds the work."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from litestar.testing import AsyncTestClient
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.models import Chunk
+from app.server.asgi import create_app
+from tests.conftest import TenantKeys, bearer
+from tests.support.workers import running_worker
+
+IDLE = 0.3  # long enough for the worker's first looks at the queue and its subscription
+
+
+async def status(sessionmaker: async_sessionmaker[AsyncSession], chunk_id: str) -> str:
+    async with sessionmaker() as session:
+        chunk = await session.get(Chunk, uuid.UUID(chunk_id))
+        assert chunk is not None
+        return chunk.status
+
+
+async def post_one(settings: Settings, tenant: TenantKeys, user_id: str) -> str:
+    async with AsyncTestClient(create_app(settings, configure_logs=False)) as api:
+        response = await api.post(
+            "/v1/chunks",
+            json={"user_id": user_id, "messages": [{"role": "user", "content": "I live in Oslo."}]},
+            headers=bearer(tenant.admin_key),
+        )
+    assert response.status_code == 202, response.text
+    return str(response.json()["chunk_id"])
+
+
+async def seconds_to_applied(
+    sessionmaker: async_sessionmaker[AsyncSession], chunk_id: str, started: float, limit_s: float
+) -> float | None:
+    while time.monotonic() - started < limit_s:
+        if await status(sessionmaker, chunk_id) == "applied":
+            return time.monotonic() - started
+        await asyncio.sleep(0.01)
+    return None
+
+
+def quiet(settings: Settings, **update: object) -> Settings:
+    """No sweeper within the test's time: only a job can start the work."""
+    return settings.model_copy(update={"sweep_interval_s": 600, "sweep_min_age_s": 600.0, **update})
+
+
+async def test_an_idle_worker_takes_up_a_new_chunk_at_once_not_at_its_next_poll(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    """With a 30 s poll delay, chunks of new users posted to an idle worker are applied within seconds
+    when the API wakes it; with wake-ups off, the same chunk still waits two seconds later."""
+    async with running_worker(quiet(settings), poll_delay=30):
+        await asyncio.sleep(IDLE)
+        unwoken = await post_one(quiet(settings, worker_wake=False), tenant, "unwoken")
+        await asyncio.sleep(2)
+        assert await status(sessionmaker, unwoken) == "queued"
+
+        waits = []
+        for n in range(5):
+            await asyncio.sleep(IDLE)  # idle again: the worker waits on its poll delay
+            started = time.monotonic()
+            chunk_id = await post_one(quiet(settings), tenant, f"woken-{n}")
+            waits.append(await seconds_to_applied(sessionmaker, chunk_id, started, 10))
+        assert None not in waits, waits
+
+
+async def test_without_wake_ups_the_poll_finds_the_work(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    """A wake-up lost (here: never sent) costs the poll delay, nothing more."""
+    unwoken = quiet(settings, worker_wake=False)
+    async with running_worker(unwoken, poll_delay=1.0):
+        await asyncio.sleep(IDLE)
+        started = time.monotonic()
+        chunk_id = await post_one(unwoken, tenant, "polled")
+        took = await seconds_to_applied(sessionmaker, chunk_id, started, 10)
+    assert took is not None

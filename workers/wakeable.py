@@ -1,0 +1,79 @@
+"""arq's worker, woken by the API instead of waiting out its poll delay.
+
+arq looks at its queue every `poll_delay` seconds, so a chunk acknowledged just after a look waits up to
+that long before a worker takes it up. Here the wait between two looks ends as soon as a message
+arrives on `WAKE_CHANNEL` (the API publishes one after each batch of jobs it enqueues): an idle worker
+starts new work within milliseconds, and polls no more often when nothing happens. The poll stays as
+the fallback, so a lost message (a listener reconnecting, Redis restarting) costs only the old delay.
+Under load the looks are at most one per `MIN_POLL_INTERVAL_S`, however many messages arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import structlog
+from arq.worker import Worker
+from redis.exceptions import RedisError
+
+from app.lib.queue import WAKE_CHANNEL
+
+log = structlog.get_logger(__name__)
+
+# The shortest time between two looks at the queue, whatever the rate of wake-ups.
+MIN_POLL_INTERVAL_S = 0.005
+_RESUBSCRIBE_S = 1.0
+
+
+class WakeableWorker(Worker):
+    """An arq `Worker` whose wait between polls ends on a wake-up message (same options as arq's)."""
+
+    def __init__(self, *args: Any, poll_delay: float = 0.5, **kwargs: Any) -> None:
+        # arq's own loop runs without a pause: the wait is ours, in `_poll_iteration`.
+        super().__init__(*args, poll_delay=0, **kwargs)
+        self.wait_s = float(poll_delay)
+        self._woken = asyncio.Event()
+        self._listener: asyncio.Task[None] | None = None
+
+    async def main(self) -> None:
+        try:
+            await super().main()
+        finally:
+            if self._listener is not None:
+                self._listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._listener
+                self._listener = None
+
+    async def _poll_iteration(self) -> None:
+        if self._listener is None:  # arq has made its connection pool by the first poll
+            self._listener = asyncio.create_task(self._listen())
+        self._woken.clear()  # a wake-up during this look is kept for the wait below
+        started = time.monotonic()
+        await super()._poll_iteration()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._woken.wait(), self.wait_s)
+        rest = MIN_POLL_INTERVAL_S - (time.monotonic() - started)
+        if rest > 0:
+            await asyncio.sleep(rest)
+
+    async def _listen(self) -> None:
+        """Subscribe to the wake-ups for as long as the worker runs, again after any Redis fault."""
+        while True:
+            pubsub = self.pool.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(WAKE_CHANNEL)
+                self._woken.set()  # anything published while unsubscribed is looked for now
+                while True:
+                    message = await pubsub.get_message(timeout=None)
+                    if message is not None:
+                        self._woken.set()
+            except (RedisError, OSError) as exc:
+                log.info("worker.wake_listener_lost", error=type(exc).__name__)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await asyncio.sleep(_RESUBSCRIBE_S)
