@@ -63,6 +63,7 @@ bench: $(STAMP) ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/writer.py
+	$(BIN)/python bench/pickup.py
 	$(BIN)/python bench/history.py
 	$(BIN)/python bench/console.py
 	$(BIN)/python bench/row_security.py
