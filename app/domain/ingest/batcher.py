@@ -118,12 +118,16 @@ class IngestBatcher:
         lane.ready.set()
         return await future
 
-    async def close(self) -> None:
-        """Stop the writers; requests still waiting (none, after a graceful drain) get a 503."""
+    async def close(self, grace_s: float = 5.0) -> None:
+        """Stop the writers; requests still waiting (none, after a graceful drain) get a 503.
+
+        A batch being written is let finish, with its jobs' enqueue: its requests have been answered
+        202, and a job cut off here would leave their scopes to the sweeper's much later look."""
         self._closed = True
         for lane in self._lanes:
             lane.ready.set()
-        for task in self._tasks:
+        _, running = await asyncio.wait(self._tasks, timeout=grace_s)
+        for task in running:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):

@@ -7,11 +7,13 @@ import asyncio
 import time
 import uuid
 
+import redis.asyncio as aioredis
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.models import Chunk
+from app.lib.queue import QUEUE_NAME
 from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer
 from tests.support.workers import running_worker
@@ -83,3 +85,17 @@ async def test_without_wake_ups_the_poll_finds_the_work(
         chunk_id = await post_one(unwoken, tenant, "polled")
         took = await seconds_to_applied(sessionmaker, chunk_id, started, 10)
     assert took is not None
+
+
+async def test_an_api_stopping_right_after_its_answer_still_queues_the_job(
+    settings: Settings, tenant: TenantKeys
+) -> None:
+    """The 202 goes out before the batch's jobs are enqueued; an API shut down at once lets that
+    enqueue finish, so the chunk does not wait for the sweeper."""
+    client = aioredis.from_url(settings.redis_url)
+    try:
+        for n in range(5):
+            chunk_id = await post_one(quiet(settings), tenant, f"stopping-{n}")
+            assert await client.zscore(QUEUE_NAME, f"chunk:{chunk_id}") is not None, n
+    finally:
+        await client.aclose()
