@@ -3,6 +3,8 @@ tenant's reads, never holds up or changes the primary bank, and is compared with
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -178,7 +180,12 @@ async def test_failing_and_slow_shadows_neither_delay_nor_change_the_primary(
         assert await wait_for_chunks(sessionmaker, alone.tenant_id, 12, timeout_s=18) == {"applied": 12}
         slow = await bank_id(sessionmaker, tenant.tenant_id, "slow")
         assert (await chunk_counts(sessionmaker, slow)).get("applied", 0) == 0
+        # ... and the slow shadow is at work (on a loaded machine its first call may start just after).
+        deadline = time.monotonic() + 10
+        while slow_llm.in_flight < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         assert slow_llm.in_flight >= 1
+        assert (await chunk_counts(sessionmaker, slow)).get("applied", 0) == 0
         # A bank's scopes take at most half of the worker's shadow slots.
         assert slow_llm.max_in_flight <= shadow_settings.shadow_max_jobs // 2
         # The failing shadow's chunks fail in its own bank, with the error kept there.
