@@ -255,6 +255,18 @@ class Settings(BaseSettings):
     search_pool: int = Field(
         default=100, description="Candidates each ranking (vector, lexical) contributes before fusion."
     )
+    graph_index_batch: int = Field(
+        default=64,
+        ge=1,
+        description="Memories the workers add to the vector graph per transaction (a writer wanting one "
+        "of them waits for one batch at most).",
+    )
+    graph_index_budget_s: float = Field(
+        default=0.8,
+        ge=0.0,
+        description="Seconds a worker spends adding memories to the graph per second, at most; "
+        "0 turns the indexer off (search then reads every new memory exactly).",
+    )
     search_fusion: Literal["relative", "rrf"] = Field(
         default="relative",
         description="How hybrid search combines its rankings: relative (each score over its best, "

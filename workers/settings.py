@@ -18,7 +18,7 @@ from app.lib import metrics
 from app.lib.logging import configure_logging
 from app.lib.queue import QUEUE_NAME, redis_settings
 from app.writers.registry import WriterRegistry
-from workers.jobs import process_scope_job, seal_audit_job, sweep_job
+from workers.jobs import index_graph_job, process_scope_job, seal_audit_job, sweep_job
 
 log = structlog.get_logger("workers")
 
@@ -91,6 +91,14 @@ def worker_options(settings: Settings) -> dict[str, Any]:
             cron(
                 seal_audit_job,
                 second=set(range(0, 60, 2)),
+                run_at_startup=True,
+                unique=True,
+                timeout=60,
+                keep_result=0,
+            ),
+            cron(
+                index_graph_job,
+                second=set(range(60)),
                 run_at_startup=True,
                 unique=True,
                 timeout=60,

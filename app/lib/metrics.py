@@ -72,6 +72,10 @@ APPLY_BATCH = Histogram(
     buckets=(1, 2, 4, 8, 16, 32, 64),
 )
 GUARDS_FIRED = Counter("memstore_guards_fired_total", "Writer ops dropped or changed by a guard.", ["guard"])
+GRAPH_ROWS_INDEXED = Counter(
+    "memstore_graph_rows_indexed_total",
+    "Memories added to the vector graph by the workers' indexer (each written head joins it this way).",
+)
 
 
 def multiprocess_dir() -> str | None:

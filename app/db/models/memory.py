@@ -6,7 +6,18 @@ import uuid
 from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import CheckConstraint, Computed, DateTime, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    Computed,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -28,14 +39,22 @@ class Memory(Base):
         # Scoped reads and exact search walk this B-tree: a user's active memories, nothing else.
         Index("ix_memories_scope", "tenant_id", "user_id", "status"),
         # Cross-scope and very large scopes: approximate search over current memories only, so
-        # superseded and deleted rows neither take graph slots nor come back from a scan.
+        # superseded and deleted rows neither take graph slots nor come back from a scan. Only rows
+        # the indexer has marked (`in_graph`): a write never pays for a graph insert (migration 0011).
         Index(
             "ix_memories_embedding_hnsw",
             "embedding",
             postgresql_using="hnsw",
             postgresql_with={"m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION},
             postgresql_ops={"embedding": "vector_cosine_ops"},
-            postgresql_where=text("status = 'active'"),
+            postgresql_where=text("status = 'active' AND in_graph"),
+        ),
+        # ... and the active rows not in the graph yet, which search reads exactly beside it.
+        Index(
+            "ix_memories_graph_tail",
+            "tenant_id",
+            "user_id",
+            postgresql_where=text("status = 'active' AND NOT in_graph"),
         ),
         # Lexical half of hybrid search: which active memories hold a query's lexemes.
         Index(
@@ -65,6 +84,9 @@ class Memory(Base):
     lexemes: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed("to_tsvector('english'::regconfig, content)", persisted=True), deferred=True
     )
+    # Whether this row version is in the HNSW graph: set by the indexer (`memstore_index_graph`), false
+    # again whenever the head is written, so that the write inserts into no graph.
+    in_graph: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     # The changeset that wrote the current version (the revert conflict check reads it).
     changeset_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     created_at: Mapped[datetime] = timestamp_column()

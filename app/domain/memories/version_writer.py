@@ -13,6 +13,9 @@ Who writes, and with what:
 - re-embedding (`search.reembed`): `write_vectors`: a head's vector only (a version keeps the vector it
   was written with).
 
+No write here inserts into the vector graph: a head written is out of it (`in_graph` false) until the
+workers' indexer adds it in a batch (`search.graph`); search reads such rows exactly meanwhile.
+
 Nothing here decides: the callers lock the heads, check them and say what to write; this module says
 how, set-wise. It never commits: the caller's transaction makes each write atomic. The service role
 may INSERT and UPDATE heads and only INSERT versions (triggers refuse the rest, docs/security.md), so
@@ -53,6 +56,7 @@ _MOVE_HEADS = (
         tags=bindparam("b_tags"),
         changeset_id=bindparam("b_changeset_id"),
         updated_at=func.now(),
+        in_graph=False,
         embedding=func.coalesce(bindparam("b_embedding", type_=_m.embedding.type), _m.embedding),
         memory_at=func.coalesce(bindparam("b_memory_at", type_=_m.memory_at.type), _m.memory_at),
     )
@@ -101,7 +105,7 @@ _MOVE_HEADS_TO_CHANGESET = text(
     UPDATE memories m
     SET version = nv.version, status = nv.status, content = nv.content, tags = nv.tags,
         owner = nv.owner, memory_at = nv.memory_at, embedding = nv.embedding,
-        changeset_id = nv.changeset_id, updated_at = now()
+        changeset_id = nv.changeset_id, updated_at = now(), in_graph = false
     FROM memory_versions nv
     WHERE nv.changeset_id = :changeset_id AND m.id = nv.memory_id
     """
@@ -112,7 +116,7 @@ _MOVE_HEADS_TO_CHANGESET = text(
 # condition against the edited row.
 _WRITE_UNCHANGED = text(
     """
-    UPDATE memories m SET embedding = CAST(f.vector AS vector)
+    UPDATE memories m SET embedding = CAST(f.vector AS vector), in_graph = false
     FROM unnest(:ids, :contents, :vectors) AS f(id, content, vector)
     WHERE m.id = f.id AND m.content = f.content
     RETURNING m.id
@@ -215,7 +219,7 @@ class VersionWriter:
             insert_heads = pg_insert(MEMORIES)
             upsert = insert_heads.on_conflict_do_update(
                 index_elements=[_m.id],
-                set_={name: insert_heads.excluded[name] for name in _IMPORTED_CHANGES},
+                set_={name: insert_heads.excluded[name] for name in _IMPORTED_CHANGES} | {"in_graph": False},
                 where=_m.version < insert_heads.excluded.version,
             ).returning(_m.id)
             written = len((await self.session.execute(upsert, list(heads))).all())

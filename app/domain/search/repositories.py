@@ -4,10 +4,12 @@ Three sources of rows:
 - the scope's active memories, exactly: the B-tree `ix_memories_scope` narrows to the scope and the
   distance is computed for each row (100 % recall). The ORDER BY is `distance + 0` on purpose, so the
   planner cannot answer it from the HNSW index instead;
-- active memories through the HNSW index `ix_memories_embedding_hnsw` (partial: current rows only),
-  for cross-scope searches and very large scopes; the caller sets `hnsw.ef_search` (and iterative
-  scans where pgvector has them) in the same transaction first. The user filter is written so the
-  B-tree is not used (`user_id || ''`): the point of this path is the index scan;
+- active memories through the HNSW index `ix_memories_embedding_hnsw` (partial: current rows the
+  indexer has added, `in_graph`), for cross-scope searches and very large scopes, merged with the
+  active rows not yet in the graph, read exactly (`ix_memories_graph_tail`; `search.graph`); the
+  caller sets `hnsw.ef_search` (and iterative scans where pgvector has them) in the same transaction
+  first. The graph's user filter is written so the B-tree is not used (`user_id || ''`): the point of
+  that half is the index scan;
 - the bank as of a time: for each memory of the scope, its latest version at or before that time
   (valid from its `created_at` until the next version's), kept if it was active then.
 
@@ -149,17 +151,7 @@ def _statement(
     lex_where = " AND ".join(lex_filters) or "TRUE"
 
     if vector:
-        distance = f"embedding <=> {_QUERY}" if source == "hnsw" else f"(embedding <=> {_QUERY}) + 0"
-        cut = f" AND embedding <=> {_QUERY} <= :max_distance" if threshold else ""
-        ctes.append(
-            f"""vec AS (
-    SELECT id, distance, row_number() OVER (ORDER BY distance) AS r FROM (
-        SELECT id, {distance} AS distance FROM {relation}
-        WHERE {where} AND embedding IS NOT NULL{cut}
-        ORDER BY {distance} LIMIT :pool
-    ) v
-)"""
-        )
+        ctes.append(_nearest(source, relation, where, lex_where, threshold=threshold))
     if lexical:
         # BM25 over the memories' lexemes: the memories holding a query lexeme (GIN index or the
         # scope), which query lexemes each holds, each lexeme's document frequency among them (every
@@ -224,6 +216,35 @@ FROM found JOIN {relation} b ON b.id = found.id AND b.tenant_id = :tenant_id
 ORDER BY score DESC, found.distance NULLS LAST, b.created_at, b.id
 LIMIT :top_k"""
     return text(sql)
+
+
+def _nearest(source: Source, relation: str, where: str, tail_where: str, *, threshold: bool) -> str:
+    """The vector ranking's CTE: the `:pool` nearest rows of the source, ranked."""
+    exact = f"(embedding <=> {_QUERY}) + 0"
+    cut = f" AND embedding <=> {_QUERY} <= :max_distance" if threshold else ""
+    if source == "hnsw":
+        # The graph's nearest, and the nearest of its tail (rows written since the indexer last ran,
+        # through `ix_memories_graph_tail`) exactly: nothing written is missing meanwhile.
+        graph = f"embedding <=> {_QUERY}"
+        nearest = f"""(
+            SELECT id, {graph} AS distance FROM memories
+            WHERE {where} AND in_graph AND embedding IS NOT NULL{cut}
+            ORDER BY {graph} LIMIT :pool
+        ) UNION ALL (
+            SELECT id, {exact} AS distance FROM memories
+            WHERE {tail_where} AND NOT in_graph AND embedding IS NOT NULL{cut}
+            ORDER BY {exact} LIMIT :pool
+        )
+        ORDER BY distance LIMIT :pool"""
+    else:
+        nearest = f"""SELECT id, {exact} AS distance FROM {relation}
+        WHERE {where} AND embedding IS NOT NULL{cut}
+        ORDER BY {exact} LIMIT :pool"""
+    return f"""vec AS (
+    SELECT id, distance, row_number() OVER (ORDER BY distance) AS r FROM (
+        {nearest}
+    ) v
+)"""
 
 
 class SearchRepository:
