@@ -6,6 +6,11 @@ arrives on `WAKE_CHANNEL` (the API publishes one after each batch of jobs it enq
 starts new work within milliseconds, and polls no more often when nothing happens. The poll stays as
 the fallback, so a lost message (a listener reconnecting, Redis restarting) costs only the old delay.
 Under load the looks are at most one per `MIN_POLL_INTERVAL_S`, however many messages arrive.
+
+A look costs one read of the queue, not a check per job in it: arq keeps a job in the queue while it
+runs and checks each id it reads (three Redis round trips) before starting it. Here the ids this worker
+runs are never checked, and an id found running in another worker is not checked again for one poll
+delay. Skipping a check only ever postpones a start: arq's own check still guards every job started.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class WakeableWorker(Worker):
         super().__init__(*args, poll_delay=0, **kwargs)
         self.wait_s = float(poll_delay)
         self._woken = asyncio.Event()
+        # job id -> monotonic time until which it is taken to be running in another worker
+        self._elsewhere: dict[bytes, float] = {}
         self._listener: asyncio.Task[None] | None = None
 
     async def main(self) -> None:
@@ -59,6 +66,19 @@ class WakeableWorker(Worker):
         rest = MIN_POLL_INTERVAL_S - (time.monotonic() - started)
         if rest > 0:
             await asyncio.sleep(rest)
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        now = time.monotonic()
+        if len(self._elsewhere) > 4 * self.max_jobs:
+            self._elsewhere = {j: t for j, t in self._elsewhere.items() if t > now}
+        for job_id in job_ids:
+            if self.job_counter >= self.max_jobs:
+                return
+            if job_id.decode() in self.tasks or self._elsewhere.get(job_id, 0.0) > now:
+                continue
+            await super().start_jobs([job_id])
+            if job_id.decode() not in self.tasks:  # running elsewhere, or finished meanwhile
+                self._elsewhere[job_id] = now + self.wait_s
 
     async def _listen(self) -> None:
         """Subscribe to the wake-ups for as long as the worker runs, again after any Redis fault."""

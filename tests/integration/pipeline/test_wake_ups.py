@@ -4,6 +4,7 @@ wake-ups the poll still finds the work."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 
@@ -13,10 +14,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.models import Chunk
-from app.lib.queue import QUEUE_NAME
+from app.lib.queue import QUEUE_NAME, JobQueue, create_redis, redis_settings
 from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer
 from tests.support.workers import running_worker
+from workers.wakeable import WakeableWorker
 
 IDLE = 0.3  # long enough for the worker's first looks at the queue and its subscription
 
@@ -99,3 +101,53 @@ async def test_an_api_stopping_right_after_its_answer_still_queues_the_job(
             assert await client.zscore(QUEUE_NAME, f"chunk:{chunk_id}") is not None, n
     finally:
         await client.aclose()
+
+
+async def _sleepy(ctx: dict[str, object], seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+async def _watches(client: aioredis.Redis) -> int:
+    stats = await client.info("commandstats")
+    return int(stats.get("cmdstat_watch", {}).get("calls", 0))
+
+
+async def test_a_look_at_the_queue_does_not_recheck_the_jobs_already_running(settings: Settings) -> None:
+    """arq keeps a running job in its queue and checks every id it reads (WATCH, EXISTS, ZSCORE) before
+    starting it; a worker running ten long jobs and looking every 20 ms checks none of them again."""
+    from arq import func
+
+    redis = aioredis.from_url(settings.redis_url)
+    queue = JobQueue(create_redis(settings.redis_url), wake=False)
+    worker = WakeableWorker(
+        functions=[func(_sleepy, name="sleepy")],
+        queue_name=QUEUE_NAME,
+        redis_settings=redis_settings(settings.redis_url),
+        poll_delay=0.02,
+        max_jobs=20,
+        handle_signals=False,
+        keep_result=0,
+    )
+    task = asyncio.create_task(worker.main())
+    try:
+        await queue.enqueue_many([("sleepy", {"seconds": 30.0, "_job_id": f"sleepy:{n}"}) for n in range(10)])
+        deadline = time.monotonic() + 10
+        while len(worker.tasks) < 10:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        before = await _watches(redis)
+        await asyncio.sleep(1.0)  # about fifty looks at a queue of ten running jobs
+        assert await _watches(redis) - before == 0
+        await queue.enqueue_many([("sleepy", {"seconds": 0.0, "_job_id": "sleepy:new"})])
+        deadline = time.monotonic() + 5
+        while worker.jobs_complete < 1:  # a new job is still found and started at once
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await worker.close()
+        await queue.close()
+        await redis.aclose()
