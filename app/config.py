@@ -264,7 +264,7 @@ class Settings(BaseSettings):
     graph_index_budget_s: float = Field(
         default=0.8,
         ge=0.0,
-        description="Seconds a worker spends adding memories to the graph per second, at most; "
+        description="Seconds each worker process spends adding memories to the graph per second, at most; "
         "0 turns the indexer off (search then reads every new memory exactly).",
     )
     search_fusion: Literal["relative", "rrf"] = Field(

@@ -140,10 +140,10 @@ WHERE tenant_id = $2 AND user_id = $3 AND status = 'active' AND embedding IS NOT
 ORDER BY 2 LIMIT 10"""
 HNSW_SQL = """
 SELECT id, embedding <=> $1 AS distance FROM memories
-WHERE tenant_id = $2 AND status = 'active' AND embedding IS NOT NULL
+WHERE tenant_id = $2 AND status = 'active' AND in_graph AND embedding IS NOT NULL
 ORDER BY embedding <=> $1 LIMIT 10"""
 HNSW_SCOPED_SQL = """
-SELECT id FROM memories WHERE tenant_id = $2 AND user_id || '' = $3 AND status = 'active'
+SELECT id FROM memories WHERE tenant_id = $2 AND user_id || '' = $3 AND status = 'active' AND in_graph
 ORDER BY embedding <=> $1 LIMIT 10"""
 MEM0_SQL = """
 SELECT id, vector <=> $1 AS distance, payload FROM mem0_memories
@@ -276,9 +276,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     user_names[u],
                     f"The user mentioned topic t{topic[i]} (note {i}).",
                     vectors[i],
+                    True,  # in the graph, as the workers' indexer leaves every memory once it has run
                 )
 
-        columns = ["id", "tenant_id", "user_id", "content", "embedding"]
+        columns = ["id", "tenant_id", "user_id", "content", "embedding", "in_graph"]
         for start in range(0, args.memories, 50_000):
             await conn.copy_records_to_table(
                 "memories", records=records(order[start : start + 50_000]), columns=columns
@@ -289,21 +290,23 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await conn.execute("VACUUM ANALYZE memories")
         log(f"loaded in {results['load_s']} s")
 
-        async def insert_cost(label: str, n: int) -> dict[str, float]:
-            """Single-row INSERTs, one transaction each (how the service writes a memory)."""
+        async def insert_cost(label: str, n: int, *, in_graph: bool = True) -> dict[str, float]:
+            """Single-row INSERTs, one transaction each: into the graph (what the indexer's mark costs a
+            row), or out of it (how the service writes a memory, `in_graph` false)."""
             lat = []
             for k in range(n):
                 noise = rng.standard_normal(DIM).astype(np.float32) * (NOISE / np.sqrt(DIM))
                 v = unit(facets[k % TOPICS, k % FACETS] + noise)
                 started = time.perf_counter()
                 await conn.execute(
-                    "INSERT INTO memories (id, tenant_id, user_id, content, embedding) "
-                    "VALUES ($1, $2, $3, $4, $5)",
+                    "INSERT INTO memories (id, tenant_id, user_id, content, embedding, in_graph) "
+                    "VALUES ($1, $2, $3, $4, $5, $6)",
                     uuid.uuid4(),
                     other_tenant,
                     f"writer-{k % 50}",
                     f"Inserted memory {k} {label}.",
                     v,
+                    in_graph,
                 )
                 lat.append((time.perf_counter() - started) * 1000)
             return summary(lat)
@@ -321,12 +324,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         await conn.execute(
             "CREATE INDEX ix_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops) "
-            f"WITH (m = {int(m)}, ef_construction = {int(efc)}) WHERE status = 'active'"
+            f"WITH (m = {int(m)}, ef_construction = {int(efc)}) WHERE status = 'active' AND in_graph"
         )
         results["hnsw_build_s"] = round(time.perf_counter() - started, 1)
         log(f"HNSW built in {results['hnsw_build_s']} s")
         results["insert_with_hnsw"] = await insert_cost("after", args.inserts)
         log(f"insert with HNSW: {results['insert_with_hnsw']}")
+        results["insert_out_of_graph"] = await insert_cost("written", args.inserts, in_graph=False)
+        log(f"insert as the service writes (out of the graph): {results['insert_out_of_graph']}")
         results["sizes_mb"] = {
             name: round(await conn.fetchval("SELECT pg_relation_size($1::regclass)", name) / 2**20)
             for name in (

@@ -13,7 +13,6 @@ from redis.exceptions import RedisError
 from app.domain.audit.services import seal_pending
 from app.domain.ingest.services import PROCESS_SCOPE_JOB
 from app.domain.pipeline.services import PipelineDeps, find_stranded_scopes, take_up_scope
-from app.domain.search.graph import index_graph
 from app.lib.errors import is_db_outage
 
 log = structlog.get_logger("workers.jobs")
@@ -88,21 +87,3 @@ async def seal_audit_job(ctx: dict[str, Any]) -> dict[str, Any]:
         log.warning("audit.seal_db_unavailable", error=type(exc).__name__)
         return {"sealed": 0}
     return {"sealed": sealed}
-
-
-async def index_graph_job(ctx: dict[str, Any]) -> dict[str, Any]:
-    """Add memories written since the last run to the vector graph (`search.graph`)."""
-    settings = ctx["settings"]
-    if settings.graph_index_budget_s <= 0:
-        return {"indexed": 0}
-    deps: PipelineDeps = ctx["pipeline"]
-    try:
-        indexed = await index_graph(
-            deps.engine, batch=settings.graph_index_batch, budget_s=settings.graph_index_budget_s
-        )
-    except Exception as exc:
-        if not is_db_outage(exc):
-            raise
-        log.warning("graph.db_unavailable", error=type(exc).__name__)
-        return {"indexed": 0}
-    return {"indexed": indexed}

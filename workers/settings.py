@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import socket
 from typing import Any
@@ -13,12 +15,13 @@ from app.config import Settings, get_settings
 from app.db.engine import create_engine, warn_if_bypassing_row_security
 from app.domain.ingest.services import PROCESS_SCOPE_JOB
 from app.domain.pipeline.services import PipelineDeps
+from app.domain.search.graph import keep_indexing
 from app.embeddings import embedder_from_settings
 from app.lib import metrics
 from app.lib.logging import configure_logging
 from app.lib.queue import QUEUE_NAME, redis_settings
 from app.writers.registry import WriterRegistry
-from workers.jobs import index_graph_job, process_scope_job, seal_audit_job, sweep_job
+from workers.jobs import process_scope_job, seal_audit_job, sweep_job
 
 log = structlog.get_logger("workers")
 
@@ -47,6 +50,13 @@ async def startup(ctx: dict[str, Any]) -> None:
         embedder=embedder_from_settings(settings),
         worker_name=ctx["worker_name"],
     )
+    if settings.graph_index_budget_s > 0:  # the vector graph's indexer (`search.graph`), beside the jobs
+        ctx["graph_indexer"] = asyncio.create_task(
+            keep_indexing(
+                ctx["engine"], batch=settings.graph_index_batch, budget_s=settings.graph_index_budget_s
+            ),
+            name="graph-indexer",
+        )
     if settings.worker_metrics_port:
         metrics.serve_http(settings.worker_metrics_port)
     await heartbeat(ctx)
@@ -58,6 +68,11 @@ async def shutdown(ctx: dict[str, Any]) -> None:
     pipeline: PipelineDeps | None = ctx.pop("pipeline", None)
     if pipeline is None:
         return
+    indexer: asyncio.Task[None] | None = ctx.pop("graph_indexer", None)
+    if indexer is not None:
+        indexer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await indexer
     await ctx["redis"].delete(HEARTBEAT_KEY.format(name=ctx["worker_name"]))
     await pipeline.aclose()
     await ctx["engine"].dispose()
@@ -91,14 +106,6 @@ def worker_options(settings: Settings) -> dict[str, Any]:
             cron(
                 seal_audit_job,
                 second=set(range(0, 60, 2)),
-                run_at_startup=True,
-                unique=True,
-                timeout=60,
-                keep_result=0,
-            ),
-            cron(
-                index_graph_job,
-                second=set(range(60)),
                 run_at_startup=True,
                 unique=True,
                 timeout=60,

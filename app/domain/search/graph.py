@@ -2,9 +2,11 @@
 
 A head written by `memories.version_writer` is out of the graph (`in_graph` false), so the write pays
 for no graph insert; it is in the graph's tail, which search reads exactly beside the graph
-(`search.repositories`). The workers run `index_graph` every second (`workers/jobs.py`): it marks the
-tail's rows in small batches, each its own transaction, so a writer that wants one of those rows waits
-for one batch at most, and rows a writer holds are skipped until it has written them.
+(`search.repositories`). Each worker process runs `keep_indexing` beside its jobs. It is not an arq
+job, so a look at an empty tail is one short query with no queue traffic, and the looks thin out to
+one per 8 s while they find nothing. It marks the tail's rows in small batches, each its own
+transaction, so a writer that wants one of those rows waits for one batch at most, and rows a writer
+holds are skipped until it has written them.
 
 The mark is set by `memstore_index_graph` (migration 0011), a function of the tables' owner: the graph
 is one index over every tenant, and the function returns only how many rows it marked.
@@ -12,12 +14,17 @@ is one index over every tenant, and the function returns only how many rows it m
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+import structlog
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.lib import metrics
+from app.lib.errors import is_db_outage
+
+log = structlog.get_logger(__name__)
 
 _INDEX_BATCH = text("SELECT memstore_index_graph(:batch)")
 
@@ -27,10 +34,34 @@ async def index_graph(engine: AsyncEngine, *, batch: int, budget_s: float) -> in
     has passed; how many rows were added."""
     started = time.monotonic()
     total = 0
+    # One statement per batch, its own transaction (no BEGIN / COMMIT round trips).
+    autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
     while True:
-        async with engine.begin() as conn:
+        async with autocommit.connect() as conn:
             added = int(await conn.scalar(_INDEX_BATCH, {"batch": batch}) or 0)
         total += added
         metrics.GRAPH_ROWS_INDEXED.inc(added)
         if added < batch or time.monotonic() - started >= budget_s:
             return total
+
+
+async def keep_indexing(
+    engine: AsyncEngine, *, batch: int, budget_s: float, interval_s: float = 1.0, idle_max_s: float = 8.0
+) -> None:
+    """`index_graph` every `interval_s` while there is work, for as long as the worker runs; after
+    passes that found nothing the wait doubles, up to `idle_max_s`, so an idle worker costs next to
+    nothing (search reads the tail exactly meanwhile: a later pass changes speed, never results). A
+    database outage is waited out, any other fault logged, and the next pass tried as usual."""
+    wait_s = interval_s
+    while True:
+        started = time.monotonic()
+        added = 0
+        try:
+            added = await index_graph(engine, batch=batch, budget_s=budget_s)
+        except Exception as exc:
+            if is_db_outage(exc):
+                log.warning("graph.db_unavailable", error=type(exc).__name__)
+            else:
+                log.exception("graph.index_failed")
+        wait_s = interval_s if added else min(idle_max_s, wait_s * 2)
+        await asyncio.sleep(max(0.0, wait_s - (time.monotonic() - started)))
