@@ -11,9 +11,10 @@ from arq import Retry
 from redis.exceptions import RedisError
 
 from app.domain.audit.services import seal_pending
-from app.domain.ingest.services import PROCESS_SCOPE_JOB
+from app.domain.ingest.services import PROCESS_SCOPE_JOB, scope_job_name
 from app.domain.pipeline.services import PipelineDeps, find_stranded_scopes, take_up_scope
 from app.lib.errors import is_db_outage
+from app.lib.queue import next_drain
 
 log = structlog.get_logger("workers.jobs")
 
@@ -22,6 +23,8 @@ async def process_scope_job(ctx: dict[str, Any], tenant_id: str, user_id: str) -
     """Drain one scope (tenant + user) in `seq` order."""
     deps: PipelineDeps = ctx["pipeline"]
     structlog.contextvars.bind_contextvars(tenant_id=tenant_id, user_id=user_id)
+    # Wake-ups from here on make the scope's next job; those before it are this one's (`JobQueue`).
+    await next_drain(ctx["redis"], scope_job_name(tenant_id, user_id))
     try:
         run = await take_up_scope(deps, uuid.UUID(tenant_id), user_id)
     except Exception as exc:

@@ -22,6 +22,20 @@ log = structlog.get_logger(__name__)
 QUEUE_NAME = "memstore:queue"
 # Published once per batch of enqueued jobs; idle workers listening end their wait between polls.
 WAKE_CHANNEL = "memstore:wake"
+# A scope's drain generation: a job `once_per_drain` is named after it, and the job starting its drain
+# moves it on (`next_drain`), so enqueues before that start share the job and later ones make the next.
+DRAIN_KEY = "memstore:drain:{name}"
+_DRAIN_KEY_TTL_S = 86_400
+
+# Enqueue a job named `<base>:<the drain generation>` unless a job of that name already waits or runs.
+_ONCE_PER_DRAIN = """
+local id = ARGV[1] .. ':' .. (redis.call('GET', KEYS[1]) or '0')
+local key = ARGV[2] .. id
+if redis.call('EXISTS', key) == 1 then return 0 end
+redis.call('PSETEX', key, ARGV[3], ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[5], id)
+return 1
+"""
 
 
 def redis_settings(url: str, retries: int = 0) -> RedisSettings:
@@ -53,9 +67,12 @@ class JobQueue:
         """Enqueue jobs in one round trip; return how many reached Redis. Never raises on a Redis fault.
 
         Each job is written exactly as arq's `enqueue_job` writes it (job key + queue entry), without
-        its per-job existence check: callers name jobs uniquely (`chunk:<id>`), and a duplicate wake-up
-        is harmless anyway (the worker finds the chunk applied). With `wake`, one message on
-        `WAKE_CHANNEL` follows them, so a waiting worker polls now; a lost one costs only the poll delay.
+        its per-job existence check: callers name jobs uniquely, and a duplicate wake-up is harmless
+        anyway (the worker finds the chunk applied). A job with the option `_once_per_drain` is the
+        exception: it is named after `_job_id` and the drain generation of that name (`next_drain`),
+        and not enqueued while a job of that name waits or has not yet started its drain. With `wake`,
+        one message on `WAKE_CHANNEL` follows them, so a waiting worker polls now; a lost one costs
+        only the poll delay.
         """
         if not jobs:
             return 0
@@ -64,9 +81,14 @@ class JobQueue:
             async with asyncio.timeout(self.timeout_s):
                 pipe = self.redis.pipeline(transaction=False)
                 for function, options in jobs:
-                    kwargs = {k: v for k, v in options.items() if k != "_job_id"}
+                    kwargs = {k: v for k, v in options.items() if not k.startswith("_")}
                     job_id = str(options["_job_id"])
                     payload = serialize_job(function, (), kwargs, None, now_ms)
+                    if options.get("_once_per_drain"):
+                        drain = DRAIN_KEY.format(name=job_id)
+                        args = (job_id, job_key_prefix, expires_extra_ms, payload, now_ms)
+                        pipe.eval(_ONCE_PER_DRAIN, 2, drain, QUEUE_NAME, *args)  # type: ignore[arg-type]
+                        continue
                     pipe.psetex(job_key_prefix + job_id, expires_extra_ms, payload)
                     pipe.zadd(QUEUE_NAME, {job_id: now_ms})
                 if self.wake:
@@ -86,3 +108,18 @@ class JobQueue:
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+
+async def next_drain(redis: ArqRedis, name: str) -> None:
+    """A drain of `name` starts: the jobs `_once_per_drain` enqueued from now on are the next one's.
+    Called before the drain's first look at the scope, so whatever an enqueue was folded into this job
+    for is committed before that look. Without Redis nothing moves on: later wake-ups fold into this
+    job (already running), and what they stand for waits for the drain's last look or the sweeper."""
+    key = DRAIN_KEY.format(name=name)
+    try:
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, _DRAIN_KEY_TTL_S)
+            await pipe.execute()
+    except (RedisError, OSError) as exc:
+        log.warning("queue.drain_not_moved_on", error=type(exc).__name__)

@@ -71,17 +71,26 @@ def validate_chunks(chunks: Sequence[ChunkIn], settings: Settings, registry: Wri
             )
 
 
+def scope_job_name(tenant_id: uuid.UUID | str, user_id: str) -> str:
+    """The name of a scope's drain jobs (`JobQueue`'s `_once_per_drain`)."""
+    return f"scope:{tenant_id}:{user_id}"
+
+
 def wake_up_jobs(tenant_id: uuid.UUID, accepted: Sequence[Accepted]) -> list[tuple[str, dict[str, object]]]:
-    """One wake-up per scope touched, named after its newest chunk so a repeated enqueue is a no-op."""
-    newest: dict[str, Accepted] = {}
-    for result in accepted:
-        newest[result.user_id] = result
+    """One wake-up per scope touched, once per drain: chunks accepted before the scope's next drain
+    starts share one job, however many requests brought them."""
+    users = dict.fromkeys(result.user_id for result in accepted)
     return [
         (
             PROCESS_SCOPE_JOB,
-            {"tenant_id": str(tenant_id), "user_id": user_id, "_job_id": f"chunk:{r.chunk_id}"},
+            {
+                "tenant_id": str(tenant_id),
+                "user_id": user_id,
+                "_job_id": scope_job_name(tenant_id, user_id),
+                "_once_per_drain": True,
+            },
         )
-        for user_id, r in newest.items()
+        for user_id in users
     ]
 
 

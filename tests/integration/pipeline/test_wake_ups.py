@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.models import Chunk
+from app.domain.ingest.services import scope_job_name
 from app.lib.queue import QUEUE_NAME, JobQueue, create_redis, redis_settings
 from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer
@@ -98,7 +99,8 @@ async def test_an_api_stopping_right_after_its_answer_still_queues_the_job(
     try:
         for n in range(5):
             chunk_id = await post_one(quiet(settings), tenant, f"stopping-{n}")
-            assert await client.zscore(QUEUE_NAME, f"chunk:{chunk_id}") is not None, n
+            job = f"{scope_job_name(tenant.tenant_id, f'stopping-{n}')}:0"  # each user's first drain
+            assert await client.zscore(QUEUE_NAME, job) is not None, (n, chunk_id)
     finally:
         await client.aclose()
 
