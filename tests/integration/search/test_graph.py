@@ -4,7 +4,6 @@ written in batches, and search finds every memory meanwhile (the graph and its t
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 import time
 import uuid
@@ -21,7 +20,14 @@ from app.db.models import Memory
 from app.domain.search.graph import index_graph
 from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys
-from tests.integration.search.test_search import WORDS, add, brute_force, change, search, sentence
+from tests.integration.search.test_search import (
+    WORDS,
+    add,
+    assert_brute_force_top_10,
+    change,
+    search,
+    sentence,
+)
 from tests.support.workers import running_worker
 
 
@@ -92,14 +98,7 @@ async def test_search_through_the_graph_and_its_tail_equals_brute_force(
                 results = await search(
                     client, tenant, query=query, top_k=10, mode="vector", threshold=-1, **body
                 )
-                expected = brute_force(scope, query, 10)
-                got = [(uuid.UUID(r["memory"]["id"]), r["score"]) for r in results]
-                assert len(got) == 10
-                for (_, want), (_, have) in zip(expected, got, strict=True):
-                    assert math.isclose(want, have, abs_tol=1e-5)
-                assert {i for i, _ in got} <= set(scope)
-                tenth = expected[-1][1]
-                assert {i for i, s in expected if s > tenth + 1e-5} <= {i for i, _ in got}
+                assert_brute_force_top_10(results, scope, query)
 
 
 def _app(settings: Settings) -> Litestar:

@@ -101,6 +101,21 @@ def brute_force(contents: dict[uuid.UUID, str], query: str, top_k: int) -> list[
     return scored[:top_k]
 
 
+def assert_brute_force_top_10(
+    results: list[dict[str, Any]], contents: dict[uuid.UUID, str], query: str
+) -> None:
+    """`results` (a search's) are the 10 nearest of `contents` to `query` by brute force: the same
+    scores in the same order; ids may swap only between memories scoring the same."""
+    expected = brute_force(contents, query, 10)
+    got = [(uuid.UUID(r["memory"]["id"]), r["score"]) for r in results]
+    assert len(got) == 10
+    for (_, want), (_, have) in zip(expected, got, strict=True):
+        assert math.isclose(want, have, abs_tol=1e-5)
+    assert {i for i, _ in got} <= set(contents)
+    tenth = expected[-1][1]
+    assert {i for i, s in expected if s > tenth + 1e-5} <= {i for i, _ in got}
+
+
 def sentence(rng: random.Random) -> str:
     return "The user likes " + " and ".join(rng.sample(WORDS, 3)) + f" (note {rng.randrange(10**6)})."
 
@@ -126,15 +141,7 @@ async def test_scoped_results_equal_brute_force(
             results = await search(
                 client, tenant, user_id="u", query=query, top_k=10, mode="vector", threshold=-1
             )
-            expected = brute_force(mine, query, 10)
-            got = [(uuid.UUID(r["memory"]["id"]), r["score"]) for r in results]
-            assert len(got) == 10
-            # Same scores in the same order; ids may swap only between memories scoring the same.
-            for (_, want), (_, have) in zip(expected, got, strict=True):
-                assert math.isclose(want, have, abs_tol=1e-5)
-            assert {i for i, _ in got} <= set(mine)
-            tenth = expected[-1][1]
-            assert {i for i, s in expected if s > tenth + 1e-5} <= {i for i, _ in got}
+            assert_brute_force_top_10(results, mine, query)
 
 
 async def test_superseded_and_deleted_memories_never_appear(
