@@ -57,13 +57,8 @@ $$;
 """
 
 
-def upgrade() -> None:
-    op.add_column(
-        "memories", sa.Column("in_graph", sa.Boolean(), server_default=sa.text("false"), nullable=False)
-    )
-    op.drop_index("ix_memories_embedding_hnsw", table_name="memories")
-    # The rows there are now are marked before the graph is built, so it is built once, in bulk.
-    op.execute("UPDATE memories SET in_graph = true WHERE status = 'active'")
+def _create_graph(where: str) -> None:
+    """The HNSW graph over the memories matching `where` (its parameters are migration 0002's)."""
     op.create_index(
         "ix_memories_embedding_hnsw",
         "memories",
@@ -72,8 +67,18 @@ def upgrade() -> None:
         postgresql_using="hnsw",
         postgresql_with={"m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION},
         postgresql_ops={"embedding": "vector_cosine_ops"},
-        postgresql_where=sa.text("status = 'active' AND in_graph"),
+        postgresql_where=sa.text(where),
     )
+
+
+def upgrade() -> None:
+    op.add_column(
+        "memories", sa.Column("in_graph", sa.Boolean(), server_default=sa.text("false"), nullable=False)
+    )
+    op.drop_index("ix_memories_embedding_hnsw", table_name="memories")
+    # The rows there are now are marked before the graph is built, so it is built once, in bulk.
+    op.execute("UPDATE memories SET in_graph = true WHERE status = 'active'")
+    _create_graph("status = 'active' AND in_graph")
     op.create_index(
         "ix_memories_graph_tail",
         "memories",
@@ -90,14 +95,5 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION IF EXISTS memstore_index_graph(integer)")
     op.drop_index("ix_memories_graph_tail", table_name="memories")
     op.drop_index("ix_memories_embedding_hnsw", table_name="memories")
-    op.create_index(
-        "ix_memories_embedding_hnsw",
-        "memories",
-        ["embedding"],
-        unique=False,
-        postgresql_using="hnsw",
-        postgresql_with={"m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION},
-        postgresql_ops={"embedding": "vector_cosine_ops"},
-        postgresql_where=sa.text("status = 'active'"),
-    )
+    _create_graph("status = 'active'")
     op.drop_column("memories", "in_graph")

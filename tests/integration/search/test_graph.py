@@ -16,8 +16,10 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.config import Settings
+from app.db.engine import create_engine
 from app.db.models import Memory
 from app.domain.search.graph import index_graph
+from app.server.asgi import create_app
 from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys
 from tests.integration.search.test_search import (
@@ -89,7 +91,7 @@ async def test_search_through_the_graph_and_its_tail_equals_brute_force(
     async with sessionmaker() as session:
         owners = dict((await session.execute(select(Memory.id, Memory.user_id))).all())
     tuned = settings.model_copy(update={"search_hnsw_min_scope": hnsw_min_scope})
-    async with AsyncTestClient(app=_app(tuned)) as client:
+    async with AsyncTestClient(app=create_app(tuned, configure_logs=False)) as client:
         for _ in range(8):
             query = " ".join(rng.sample(WORDS, 2))
             for user in (None, "bob") if hnsw_min_scope == 1 else (None,):
@@ -99,12 +101,6 @@ async def test_search_through_the_graph_and_its_tail_equals_brute_force(
                     client, tenant, query=query, top_k=10, mode="vector", threshold=-1, **body
                 )
                 assert_brute_force_top_10(results, scope, query)
-
-
-def _app(settings: Settings) -> Litestar:
-    from app.server.asgi import create_app
-
-    return create_app(settings, configure_logs=False)
 
 
 async def test_no_write_puts_a_memory_in_the_graph(
@@ -188,8 +184,6 @@ async def test_the_service_role_marks_rows_only_through_the_indexer(
     settings: Settings, tenant: TenantKeys, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
     """The function the workers call answers a count, nothing of any tenant's content."""
-    from app.db.engine import create_engine
-
     await add(sessionmaker, tenant.tenant_id, "u", ["The user likes chess."])
     service = create_engine(settings, application_name="memstore-tests-service")
     try:
