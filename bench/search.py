@@ -37,6 +37,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,60 @@ def user_sizes(rng: np.random.Generator, memories: int, users: int, big: int, bi
 
 def unit(x: np.ndarray) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+@dataclass
+class Bank:
+    """A synthetic bank: who owns each memory, its topic and vector, and the order rows arrive in."""
+
+    sizes: np.ndarray
+    user_topics: list[np.ndarray]
+    owner: np.ndarray
+    facets: np.ndarray
+    topic: np.ndarray
+    vectors: np.ndarray
+    order: np.ndarray
+
+    def query_for(self, rng: np.random.Generator, u: int) -> np.ndarray:
+        """A new statement (not a stored row) about something user `u` talks about."""
+        t = rng.choice(self.user_topics[u])
+        noise = rng.standard_normal(DIM).astype(np.float32) * (NOISE / np.sqrt(DIM))
+        return unit(self.facets[t, rng.integers(0, FACETS)] + noise)
+
+
+def synthetic_bank(
+    rng: np.random.Generator, memories: int, users: int, big_users: int, big_user_size: int
+) -> Bank:
+    """`memories` 384-dim vectors over `users` users, sizes skewed, each user on a handful of topics."""
+    sizes = user_sizes(rng, memories, users, big_users, big_user_size)
+    # Topics near their domain (cosine ~0.6 within a domain), all sharing a common direction, as
+    # sentence embeddings do (unrelated sentences still score ~0.1-0.2), rather than 2,000 islands.
+    domains = unit(rng.standard_normal((DOMAINS, DIM)))
+    common = unit(rng.standard_normal(DIM))
+    centroids = unit(
+        domains[rng.integers(0, DOMAINS, TOPICS)]
+        + 0.8 * unit(rng.standard_normal((TOPICS, DIM)))
+        + 0.35 * common
+    )
+    user_topics = [rng.choice(TOPICS, size=int(rng.integers(3, 12)), replace=False) for _ in range(users)]
+    owner = np.repeat(np.arange(users), sizes)
+    facets = unit(centroids[:, None, :] + 0.75 * unit(rng.standard_normal((TOPICS, FACETS, DIM)))).astype(
+        np.float32
+    )
+    facet = rng.integers(0, FACETS, memories)
+    topic = np.array([rng.choice(user_topics[u]) for u in owner]) if memories <= 50_000 else None
+    if topic is None:  # vectorised for 1M: a random topic of each row's user
+        lengths = np.array([len(t) for t in user_topics])
+        flat = np.concatenate(user_topics)
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        topic = flat[offsets[owner] + (rng.random(len(owner)) * lengths[owner]).astype(np.int64)]
+    vectors = np.empty((memories, DIM), dtype=np.float32)
+    for start in range(0, memories, 100_000):
+        part = slice(start, start + 100_000)
+        noise = rng.standard_normal((len(owner[part]), DIM)).astype(np.float32) * (NOISE / np.sqrt(DIM))
+        vectors[part] = unit(facets[topic[part], facet[part]] + noise)
+    order = rng.permutation(memories)  # arrival order: users interleaved, as in production
+    return Bank(sizes, user_topics, owner, facets, topic, vectors, order)
 
 
 class LookupEmbedder:
@@ -222,36 +277,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
         # --- the bank -----------------------------------------------------------------------
         log(f"generating {args.memories:,} memories over {args.users:,} users")
-        sizes = user_sizes(rng, args.memories, args.users, args.big_users, args.big_user_size)
-        # Topics near their domain (cosine ~0.6 within a domain), all sharing a common direction, as
-        # sentence embeddings do (unrelated sentences still score ~0.1-0.2), rather than 2,000 islands.
-        domains = unit(rng.standard_normal((DOMAINS, DIM)))
-        common = unit(rng.standard_normal(DIM))
-        centroids = unit(
-            domains[rng.integers(0, DOMAINS, TOPICS)]
-            + 0.8 * unit(rng.standard_normal((TOPICS, DIM)))
-            + 0.35 * common
-        )
-        user_topics = [
-            rng.choice(TOPICS, size=int(rng.integers(3, 12)), replace=False) for _ in range(args.users)
-        ]
-        owner = np.repeat(np.arange(args.users), sizes)
-        facets = unit(centroids[:, None, :] + 0.75 * unit(rng.standard_normal((TOPICS, FACETS, DIM)))).astype(
-            np.float32
-        )
-        facet = rng.integers(0, FACETS, args.memories)
-        topic = np.array([rng.choice(user_topics[u]) for u in owner]) if args.memories <= 50_000 else None
-        if topic is None:  # vectorised for 1M: a random topic of each row's user
-            lengths = np.array([len(t) for t in user_topics])
-            flat = np.concatenate(user_topics)
-            offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-            topic = flat[offsets[owner] + (rng.random(len(owner)) * lengths[owner]).astype(np.int64)]
-        vectors = np.empty((args.memories, DIM), dtype=np.float32)
-        for start in range(0, args.memories, 100_000):
-            part = slice(start, start + 100_000)
-            noise = rng.standard_normal((len(owner[part]), DIM)).astype(np.float32) * (NOISE / np.sqrt(DIM))
-            vectors[part] = unit(facets[topic[part], facet[part]] + noise)
-        order = rng.permutation(args.memories)  # arrival order: users interleaved, as in production
+        bank = synthetic_bank(rng, args.memories, args.users, args.big_users, args.big_user_size)
+        sizes, owner, facets = bank.sizes, bank.owner, bank.facets
+        topic, vectors, order = bank.topic, bank.vectors, bank.order
         ids = [uuid.uuid4() for _ in range(args.memories)]
         user_names = [f"user-{u:05d}" for u in range(args.users)]
         results["users"] = {
@@ -345,10 +373,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
         # --- queries --------------------------------------------------------------------------
         def query_for(u: int) -> np.ndarray:
-            t = rng.choice(user_topics[u])
-            # a new statement about something the user talks about (not a stored row)
-            noise = rng.standard_normal(DIM).astype(np.float32) * (NOISE / np.sqrt(DIM))
-            return unit(facets[t, rng.integers(0, FACETS)] + noise)
+            return bank.query_for(rng, u)
 
         big = list(range(args.big_users))
         scoped_users = rng.integers(0, args.users, size=4000)
