@@ -7,10 +7,12 @@ starts new work within milliseconds, and polls no more often when nothing happen
 the fallback, so a lost message (a listener reconnecting, Redis restarting) costs only the old delay.
 Under load the looks are at most one per `MIN_POLL_INTERVAL_S`, however many messages arrive.
 
-A look costs one read of the queue, not a check per job in it: arq keeps a job in the queue while it
-runs and checks each id it reads (three Redis round trips) before starting it. Here the ids this worker
-runs are never checked, and an id found running in another worker is not checked again for one poll
-delay. Skipping a check only ever postpones a start: arq's own check still guards every job started.
+A look costs one read of the queue and one batch of checks, not a transaction per job in it: arq keeps
+a job in the queue while it runs and checks each id it reads (three Redis round trips) before starting
+it. Here the ids this worker runs are never checked; the others are checked together in one round trip
+(is it in progress?), and only those that are not go on to arq's check; an id found running in another
+worker is not checked again for one poll delay. Skipping a check only ever postpones a start: arq's own
+check still guards every job started.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 from typing import Any
 
 import structlog
+from arq.constants import in_progress_key_prefix
 from arq.worker import Worker
 from redis.exceptions import RedisError
 
@@ -71,12 +74,24 @@ class WakeableWorker(Worker):
         now = time.monotonic()
         if len(self._elsewhere) > 4 * self.max_jobs:
             self._elsewhere = {j: t for j, t in self._elsewhere.items() if t > now}
-        for job_id in job_ids:
+        candidates = [
+            job_id
+            for job_id in job_ids
+            if job_id.decode() not in self.tasks and self._elsewhere.get(job_id, 0.0) <= now
+        ]
+        if not candidates or self.job_counter >= self.max_jobs:
+            return
+        # One round trip says which of them run in another worker (arq's in-progress keys); arq's own
+        # check, a transaction of three round trips, is left to those that may start.
+        async with self.pool.pipeline(transaction=False) as pipe:
+            for job_id in candidates:
+                pipe.exists(in_progress_key_prefix + job_id.decode())
+            running = await pipe.execute()
+        for job_id, elsewhere in zip(candidates, running, strict=True):
             if self.job_counter >= self.max_jobs:
                 return
-            if job_id.decode() in self.tasks or self._elsewhere.get(job_id, 0.0) > now:
-                continue
-            await super().start_jobs([job_id])
+            if not elsewhere:
+                await super().start_jobs([job_id])
             if job_id.decode() not in self.tasks:  # running elsewhere, or finished meanwhile
                 self._elsewhere[job_id] = now + self.wait_s
 

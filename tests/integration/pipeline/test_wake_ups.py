@@ -8,6 +8,7 @@ import contextlib
 import time
 import uuid
 
+import pytest
 import redis.asyncio as aioredis
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -114,14 +115,11 @@ async def _watches(client: aioredis.Redis) -> int:
     return int(stats.get("cmdstat_watch", {}).get("calls", 0))
 
 
-async def test_a_look_at_the_queue_does_not_recheck_the_jobs_already_running(settings: Settings) -> None:
-    """arq keeps a running job in its queue and checks every id it reads (WATCH, EXISTS, ZSCORE) before
-    starting it; a worker running ten long jobs and looking every 20 ms checks none of them again."""
+def _sleepy_worker(settings: Settings) -> WakeableWorker:
+    """A worker of `_sleepy` jobs looking at the queue every 20 ms."""
     from arq import func
 
-    redis = aioredis.from_url(settings.redis_url)
-    queue = JobQueue(create_redis(settings.redis_url), wake=False)
-    worker = WakeableWorker(
+    return WakeableWorker(
         functions=[func(_sleepy, name="sleepy")],
         queue_name=QUEUE_NAME,
         redis_settings=redis_settings(settings.redis_url),
@@ -130,26 +128,49 @@ async def test_a_look_at_the_queue_does_not_recheck_the_jobs_already_running(set
         handle_signals=False,
         keep_result=0,
     )
-    task = asyncio.create_task(worker.main())
+
+
+async def _stop(worker: WakeableWorker, task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await worker.close()
+
+
+@pytest.mark.parametrize("where", ["here", "elsewhere"])
+async def test_a_look_at_the_queue_does_not_recheck_the_jobs_already_running(
+    settings: Settings, where: str
+) -> None:
+    """arq keeps a running job in its queue and checks every id it reads (WATCH, EXISTS, ZSCORE) before
+    starting it; a worker looking every 20 ms at ten long jobs, run by itself or by another worker,
+    checks none of them that way again (one batched EXISTS says which run elsewhere)."""
+    redis = aioredis.from_url(settings.redis_url)
+    queue = JobQueue(create_redis(settings.redis_url), wake=False)
+    runner = _sleepy_worker(settings)
+    tasks = {runner: asyncio.create_task(runner.main())}
     try:
         await queue.enqueue_many([("sleepy", {"seconds": 30.0, "_job_id": f"sleepy:{n}"}) for n in range(10)])
         deadline = time.monotonic() + 10
-        while len(worker.tasks) < 10:
+        while len(runner.tasks) < 10:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.02)
+        looker = runner
+        if where == "elsewhere":
+            looker = _sleepy_worker(settings)
+            tasks[looker] = asyncio.create_task(looker.main())
+            await asyncio.sleep(0.2)
         before = await _watches(redis)
         await asyncio.sleep(1.0)  # about fifty looks at a queue of ten running jobs
         assert await _watches(redis) - before == 0
+        assert not looker.tasks or looker is runner
         await queue.enqueue_many([("sleepy", {"seconds": 0.0, "_job_id": "sleepy:new"})])
         deadline = time.monotonic() + 5
-        while worker.jobs_complete < 1:  # a new job is still found and started at once
+        while sum(w.jobs_complete for w in tasks) < 1:  # a new job is still found and started at once
             assert time.monotonic() < deadline
             await asyncio.sleep(0.02)
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await worker.close()
+        for worker, task in tasks.items():
+            await _stop(worker, task)
         await queue.close()
         await redis.aclose()
