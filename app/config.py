@@ -267,6 +267,12 @@ class Settings(BaseSettings):
         description="Seconds each worker process spends adding memories to the graph per second, at most; "
         "0 turns the indexer off (search then reads every new memory exactly).",
     )
+    graph_index_all: bool = Field(
+        default=False,
+        description="Add every active memory to the vector graph, instead of those of the tenants searched "
+        "over all users and the scopes above search_hnsw_min_scope (for a deployment whose first such "
+        "search must not read a tenant exactly).",
+    )
     search_fusion: Literal["relative", "rrf"] = Field(
         default="relative",
         description="How hybrid search combines its rankings: relative (each score over its best, "

@@ -53,7 +53,10 @@ async def startup(ctx: dict[str, Any]) -> None:
     if settings.graph_index_budget_s > 0:  # the vector graph's indexer (`search.graph`), beside the jobs
         ctx["graph_indexer"] = asyncio.create_task(
             keep_indexing(
-                ctx["engine"], batch=settings.graph_index_batch, budget_s=settings.graph_index_budget_s
+                ctx["engine"],
+                batch=settings.graph_index_batch,
+                budget_s=settings.graph_index_budget_s,
+                everything=settings.graph_index_all,
             ),
             name="graph-indexer",
         )

@@ -7,6 +7,7 @@ from app.db.models.audit_event import AuditEvent, AuditHead
 from app.db.models.changeset import Changeset
 from app.db.models.chunk import Chunk
 from app.db.models.embedding_config import EmbeddingConfig
+from app.db.models.graph_scope import GraphScope
 from app.db.models.memory import Memory
 from app.db.models.memory_version import MemoryVersion
 from app.db.models.review import Review
@@ -21,6 +22,7 @@ __all__ = [
     "Changeset",
     "Chunk",
     "EmbeddingConfig",
+    "GraphScope",
     "Memory",
     "MemoryVersion",
     "Review",

@@ -1,4 +1,10 @@
-"""The vector graph's indexer: active memories join the HNSW graph in batches, off the write path.
+"""The vector graph's indexer: active memories join the HNSW graph in batches, off the write path, where
+searches go through the graph.
+
+Only a search over all users of a tenant, or of a scope above `search_hnsw_min_scope`, goes through
+the graph; every other search is exact on its scope. Such a search records its tenant (or scope) in
+`graph_scopes` (`want_graph`), and the indexer adds those memories alone, so a deployment whose
+searches are all per user pays for no graph at all (`graph_index_all` adds every memory instead).
 
 A head written by `memories.version_writer` is out of the graph (`in_graph` false), so the write pays
 for no graph insert; it is in the graph's tail, which search reads exactly beside the graph
@@ -8,37 +14,56 @@ one per 8 s while they find nothing. It marks the tail's rows in small batches, 
 transaction, so a writer that wants one of those rows waits for one batch at most, and rows a writer
 holds are skipped until it has written them.
 
-The mark is set by `memstore_index_graph` (migration 0011), a function of the tables' owner: the graph
-is one index over every tenant, and the function returns only how many rows it marked.
+The mark is set by `memstore_index_graph` (migrations 0011, 0012), a function of the tables' owner: the
+graph is one index over every tenant, and the function returns only how many rows it marked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 import structlog
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from app.db.models import GraphScope
+from app.db.models.graph_scope import EVERY_USER
 from app.lib import metrics
 from app.lib.errors import is_db_outage
 
 log = structlog.get_logger(__name__)
 
-_INDEX_BATCH = text("SELECT memstore_index_graph(:batch)")
+_INDEX_BATCH = text("SELECT memstore_index_graph(:batch, :everything)")
 
 
-async def index_graph(engine: AsyncEngine, *, batch: int, budget_s: float) -> int:
-    """Add the graph's tail to it, `batch` rows per transaction, until the tail is empty or `budget_s`
-    has passed; how many rows were added."""
+async def want_graph(session: AsyncSession, tenant_id: uuid.UUID, user_id: str | None) -> None:
+    """Record that searches of the scope (of every user of the tenant if `user_id` is None) go through
+    the graph, in a transaction of its own: the indexer adds the scope's memories from now on."""
+    bind = session.bind
+    engine = bind.engine if isinstance(bind, AsyncConnection) else bind
+    assert isinstance(engine, AsyncEngine)
+    statement = (
+        insert(GraphScope)
+        .values(tenant_id=tenant_id, user_id=EVERY_USER if user_id is None else user_id)
+        .on_conflict_do_nothing()
+    )
+    async with engine.begin() as conn:
+        await conn.execute(statement)
+
+
+async def index_graph(engine: AsyncEngine, *, batch: int, budget_s: float, everything: bool = False) -> int:
+    """Add the graph's tail of the wanted scopes (of every scope with `everything`) to it, `batch` rows
+    per transaction, until that tail is empty or `budget_s` has passed; how many rows were added."""
     started = time.monotonic()
     total = 0
     # One statement per batch, its own transaction (no BEGIN / COMMIT round trips).
     autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
     while True:
         async with autocommit.connect() as conn:
-            added = int(await conn.scalar(_INDEX_BATCH, {"batch": batch}) or 0)
+            added = int(await conn.scalar(_INDEX_BATCH, {"batch": batch, "everything": everything}) or 0)
         total += added
         metrics.GRAPH_ROWS_INDEXED.inc(added)
         if added < batch or time.monotonic() - started >= budget_s:
@@ -46,7 +71,13 @@ async def index_graph(engine: AsyncEngine, *, batch: int, budget_s: float) -> in
 
 
 async def keep_indexing(
-    engine: AsyncEngine, *, batch: int, budget_s: float, interval_s: float = 1.0, idle_max_s: float = 8.0
+    engine: AsyncEngine,
+    *,
+    batch: int,
+    budget_s: float,
+    everything: bool = False,
+    interval_s: float = 1.0,
+    idle_max_s: float = 8.0,
 ) -> None:
     """`index_graph` every `interval_s` while there is work, for as long as the worker runs; after
     passes that found nothing the wait doubles, up to `idle_max_s`, so an idle worker costs next to
@@ -57,7 +88,7 @@ async def keep_indexing(
         started = time.monotonic()
         added = 0
         try:
-            added = await index_graph(engine, batch=batch, budget_s=budget_s)
+            added = await index_graph(engine, batch=batch, budget_s=budget_s, everything=everything)
         except Exception as exc:
             if is_db_outage(exc):
                 log.warning("graph.db_unavailable", error=type(exc).__name__)

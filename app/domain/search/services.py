@@ -5,6 +5,8 @@
   index over current memories answers, with `hnsw.ef_search` set explicitly and pgvector's iterative
   index scans (>= 0.8) where the server has them. Without them a filtered HNSW scan can come back
   short, so a large scope whose HNSW answer is short is searched exactly instead.
+  Such a search also asks the workers' indexer to add its tenant's (or scope's) memories to the graph
+  (`graph.want_graph`); until they are in, search reads them exactly beside it.
 - `as_of` searches the scope's versions valid at that time, exactly.
 - Hybrid mode fuses the vector ranking with a BM25 ranking of the memories' English lexemes (by
   relative score, or reciprocal rank fusion), so names and numbers the embedder does not capture
@@ -30,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
 from app.db.models import EmbeddingConfig
+from app.domain.search.graph import want_graph
 from app.domain.search.repositories import Hit, SearchRepository, Source
 from app.domain.search.schemas import SearchMode
 from app.embeddings import Embedder
@@ -93,6 +96,8 @@ class Searcher:
     _embedder_checked_at: float | None = None  # monotonic time of the last good check
     # (tenant, user) -> (is the scope large, when that was read)
     _large_scopes: dict[tuple[uuid.UUID, str], tuple[bool, float]] = field(default_factory=dict)
+    # Scopes (None: all users of the tenant) recorded as searched through the graph (`graph.want_graph`)
+    _graph_wanted: set[tuple[uuid.UUID, str | None]] = field(default_factory=set)
 
     async def search(self, session: AsyncSession, tenant_id: uuid.UUID, query: SearchQuery) -> list[Hit]:
         """The best `top_k` memories for `query`, best first."""
@@ -175,6 +180,7 @@ class Searcher:
         else:
             source = "exact"
         if source == "hnsw" and vector:
+            await self._want_graph(session, tenant_id, user_id)
             await repo.tune_hnsw(
                 max(self.settings.search_ef_search, self.settings.search_pool, query.top_k),
                 iterative=await self._has_iterative_scan(repo),
@@ -231,6 +237,16 @@ class Searcher:
             self._large_scopes.clear()
         self._large_scopes[key] = (large, now)
         return large
+
+    async def _want_graph(self, session: AsyncSession, tenant_id: uuid.UUID, user_id: str | None) -> None:
+        """A search through the graph asks the indexer for its scope's memories (once per process)."""
+        key = (tenant_id, user_id)
+        if key in self._graph_wanted:
+            return
+        await want_graph(session, tenant_id, user_id)
+        if len(self._graph_wanted) >= _SCOPE_SIZE_CACHE_MAX:
+            self._graph_wanted.clear()
+        self._graph_wanted.add(key)
 
     async def _has_iterative_scan(self, repo: SearchRepository) -> bool:
         if self._iterative_scan is None:

@@ -30,6 +30,7 @@ TENANT_TABLES = (
     "audit_heads",
     "changesets",
     "chunks",
+    "graph_scopes",
     "memories",
     "memory_versions",
     "reviews",
@@ -58,8 +59,8 @@ async def service(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
 async def two_banks(
     sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys, other_tenant: TenantKeys
 ) -> dict[uuid.UUID, dict[str, int]]:
-    """Both tenants with a memory, its version, a changeset, a chunk, audit events and a sealed chain
-    head; what each has in every tenant table, as the owner counts it."""
+    """Both tenants with a memory, its version, a changeset, a chunk, audit events, a sealed chain
+    head and a graph request; what each has in every tenant table, as the owner counts it."""
     for keys in (tenant, other_tenant):
         async with sessionmaker() as session, session.begin():
             await _seed(session, keys.tenant_id)
@@ -78,6 +79,9 @@ async def two_banks(
             await session.execute(
                 text("INSERT INTO audit_heads (tenant_id, seq, hash) VALUES (:t, 0, repeat('0', 64))"),
                 {"t": keys.tenant_id},
+            )
+            await session.execute(
+                text("INSERT INTO graph_scopes (tenant_id, user_id) VALUES (:t, '')"), {"t": keys.tenant_id}
             )
     counts: dict[uuid.UUID, dict[str, int]] = {}
     async with sessionmaker() as session:

@@ -1,5 +1,6 @@
 """The vector graph off the write path: no write inserts into it, the workers' indexer adds what was
-written in batches, and search finds every memory meanwhile (the graph and its tail, merged)."""
+written in batches, of the tenants and scopes whose searches go through the graph, and search finds
+every memory meanwhile (the graph and its tail, merged)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.engine import create_engine
-from app.db.models import Memory
+from app.db.models import GraphScope, Memory
 from app.domain.search.graph import index_graph
 from app.server.asgi import create_app
 from app.writers.base import Op, OpKind
@@ -74,7 +75,7 @@ async def test_search_through_the_graph_and_its_tail_equals_brute_force(
         batch = [sentence(rng) for _ in range(80)]
         contents.update(zip(await add(sessionmaker, tenant.tenant_id, user, batch), batch, strict=True))
     await add(sessionmaker, other_tenant.tenant_id, "ann", [sentence(rng) for _ in range(80)])
-    assert await index_graph(engine, batch=50, budget_s=60) == 320
+    assert await index_graph(engine, batch=50, budget_s=60, everything=True) == 320
     for user in users:
         batch = [sentence(rng) for _ in range(80)]
         contents.update(zip(await add(sessionmaker, tenant.tenant_id, user, batch), batch, strict=True))
@@ -114,7 +115,7 @@ async def test_no_write_puts_a_memory_in_the_graph(
     graph (`in_graph` false: the row version joins no HNSW index); the indexer then adds them."""
     ids = await add(sessionmaker, tenant.tenant_id, "u", ["The user likes tea.", "The user has a cat."])
     assert await graph_marks(sessionmaker, ids) == [False, False]
-    assert await index_graph(engine, batch=10, budget_s=60) == 2
+    assert await index_graph(engine, batch=10, budget_s=60, everything=True) == 2
     assert await graph_marks(sessionmaker, ids) == [True, True]
     before_update = datetime.now(UTC)
     await asyncio.sleep(0.01)
@@ -123,21 +124,21 @@ async def test_no_write_puts_a_memory_in_the_graph(
         sessionmaker, tenant.tenant_id, ids[0], Op(OpKind.UPDATE, "The user likes green tea.", targets=(0,))
     )
     assert await graph_marks(sessionmaker, ids) == [False, True]
-    await index_graph(engine, batch=10, budget_s=60)
+    await index_graph(engine, batch=10, budget_s=60, everything=True)
 
     restore = await client.post(
         "/v1/admin/users/u/restore", json={"as_of": before_update.isoformat()}, headers=tenant.admin
     )
     assert restore.status_code == 200, restore.text
     assert await graph_marks(sessionmaker, ids) == [False, True]  # only the head the restore moved
-    await index_graph(engine, batch=10, budget_s=60)
+    await index_graph(engine, batch=10, budget_s=60, everything=True)
 
     rollback = await client.post(
         f"/v1/admin/memories/{ids[0]}/rollback", json={"to_version": 2}, headers=tenant.admin
     )
     assert rollback.status_code == 200, rollback.text
     assert await graph_marks(sessionmaker, ids) == [False, True]
-    await index_graph(engine, batch=10, budget_s=60)
+    await index_graph(engine, batch=10, budget_s=60, everything=True)
 
     revert = await client.post(
         f"/v1/admin/changesets/{rollback.json()['changeset_id']}/revert",
@@ -146,7 +147,7 @@ async def test_no_write_puts_a_memory_in_the_graph(
     )
     assert revert.status_code == 200, revert.text
     assert await graph_marks(sessionmaker, ids) == [False, True]
-    assert await index_graph(engine, batch=10, budget_s=60) == 1
+    assert await index_graph(engine, batch=10, budget_s=60, everything=True) == 1
     assert await in_graph(sessionmaker) == (2, 0)
 
 
@@ -159,21 +160,80 @@ async def test_the_indexer_skips_rows_a_writer_holds(
     async with sessionmaker() as session, session.begin():
         await session.execute(select(Memory.id).where(Memory.id == ids[0]).with_for_update())
         started = time.monotonic()
-        assert await index_graph(engine, batch=2, budget_s=60) == 4
+        assert await index_graph(engine, batch=2, budget_s=60, everything=True) == 4
         assert time.monotonic() - started < 5
     assert await graph_marks(sessionmaker, ids) == [False, True, True, True, True]
-    assert await index_graph(engine, batch=2, budget_s=60) == 1
+    assert await index_graph(engine, batch=2, budget_s=60, everything=True) == 1
+
+
+async def test_the_graph_holds_the_memories_of_the_searches_that_go_through_it(
+    settings: Settings,
+    engine: AsyncEngine,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    tenant: TenantKeys,
+    other_tenant: TenantKeys,
+) -> None:
+    """The indexer adds no memory until a search goes through the graph: a search over all users asks
+    for its tenant's memories, a large scope's search for that scope's, an exact search for nothing.
+    Every search ranks every memory meanwhile; a purge erases the user's request with the rest."""
+    rng = random.Random(5)
+    contents: dict[uuid.UUID, str] = {}
+    for user in ("ann", "bob"):
+        batch = [sentence(rng) for _ in range(30)]
+        contents.update(zip(await add(sessionmaker, tenant.tenant_id, user, batch), batch, strict=True))
+    for user in ("cy", "dee"):
+        await add(sessionmaker, other_tenant.tenant_id, user, [sentence(rng) for _ in range(10)])
+
+    async def wanted() -> set[tuple[uuid.UUID, str]]:
+        async with sessionmaker() as session:
+            rows = await session.execute(select(GraphScope.tenant_id, GraphScope.user_id))
+            return {(tenant_id, user_id) for tenant_id, user_id in rows}
+
+    exact = settings.model_copy(update={"search_hnsw_min_scope": 20_000})
+    async with AsyncTestClient(app=create_app(exact, configure_logs=False)) as client:
+        await search(client, tenant, query="tea", user_id="ann", mode="vector")
+        await search(client, tenant, query="tea", user_id="ann", mode="hybrid")
+        assert await wanted() == set()
+        assert await index_graph(engine, batch=16, budget_s=60) == 0
+
+        query = " ".join(rng.sample(WORDS, 2))
+        results = await search(client, tenant, query=query, all_users=True, mode="vector", threshold=-1)
+        assert_brute_force_top_10(results, contents, query)  # read exactly: nothing in the graph yet
+        assert await wanted() == {(tenant.tenant_id, "")}
+    assert await index_graph(engine, batch=16, budget_s=60) == 60
+    assert await in_graph(sessionmaker) == (60, 20)  # the other tenant's memories stay out
+
+    large = settings.model_copy(update={"search_hnsw_min_scope": 5})
+    async with AsyncTestClient(app=create_app(large, configure_logs=False)) as client:
+        await search(client, other_tenant, query="tea", user_id="cy", mode="vector")
+        await search(client, other_tenant, query="tea", user_id="cy", mode="lexical")  # no graph to use
+    assert await wanted() == {(tenant.tenant_id, ""), (other_tenant.tenant_id, "cy")}
+    assert await index_graph(engine, batch=16, budget_s=60) == 10
+    assert await in_graph(sessionmaker) == (70, 10)  # dee's were not searched through the graph
+
+    async with AsyncTestClient(app=create_app(settings, configure_logs=False)) as client:
+        purged = await client.delete(
+            "/v1/admin/users/cy", params={"purge": "true"}, headers=other_tenant.admin
+        )
+        assert purged.status_code == 200, purged.text
+    assert await wanted() == {(tenant.tenant_id, "")}
 
 
 async def test_a_running_worker_adds_new_memories_to_the_graph(
     settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
 ) -> None:
-    """The indexer runs in the workers, every second; with its budget 0 it is off."""
+    """The indexer runs in the workers, every second: the memories searched through the graph, or all
+    of them with `graph_index_all`; with its budget 0 it is off."""
     await add(sessionmaker, tenant.tenant_id, "u", [f"The user ran {n} km." for n in range(30)])
-    async with running_worker(settings.model_copy(update={"graph_index_budget_s": 0})):
+    async with running_worker(
+        settings.model_copy(update={"graph_index_budget_s": 0, "graph_index_all": True})
+    ):
         await asyncio.sleep(2.5)
     assert await in_graph(sessionmaker) == (0, 30)
     async with running_worker(settings):
+        await asyncio.sleep(2.5)
+        assert await in_graph(sessionmaker) == (0, 30)  # nobody searched through the graph
+    async with running_worker(settings.model_copy(update={"graph_index_all": True})):
         deadline = time.monotonic() + 15
         while await in_graph(sessionmaker) != (30, 0):
             assert time.monotonic() < deadline, await in_graph(sessionmaker)
@@ -189,7 +249,7 @@ async def test_the_service_role_marks_rows_only_through_the_indexer(
     try:
         async with service.begin() as conn:
             assert await conn.scalar(text("SELECT count(*) FROM memories")) == 0  # no tenant set: no rows
-            assert await conn.scalar(text("SELECT memstore_index_graph(10)")) == 1
+            assert await conn.scalar(text("SELECT memstore_index_graph(10, true)")) == 1
     finally:
         await service.dispose()
     assert await in_graph(sessionmaker) == (1, 0)

@@ -393,7 +393,7 @@ async def test_the_graph_finds_a_full_top_k_of_a_small_scope_by_iterative_scan(
     mine = dict(zip(await add(sessionmaker, tenant.tenant_id, "small", contents), contents, strict=True))
     await add(sessionmaker, tenant.tenant_id, "crowd", [sentence(rng) for _ in range(1000)])
     # Into the graph, as the workers' indexer puts them (rows not in it would be read exactly).
-    assert await index_graph(engine, batch=500, budget_s=60) == 1020
+    assert await index_graph(engine, batch=500, budget_s=60, everything=True) == 1020
     async with sessionmaker() as session, session.begin():
         await session.execute(
             text("ANALYZE memories")
