@@ -27,7 +27,7 @@ import uuid
 import structlog
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.db.models import GraphScope
 from app.db.models.graph_scope import EVERY_USER
@@ -40,18 +40,14 @@ _INDEX_BATCH = text("SELECT memstore_index_graph(:batch, :everything)")
 
 
 async def want_graph(session: AsyncSession, tenant_id: uuid.UUID, user_id: str | None) -> None:
-    """Record that searches of the scope (of every user of the tenant if `user_id` is None) go through
-    the graph, in a transaction of its own: the indexer adds the scope's memories from now on."""
-    bind = session.bind
-    engine = bind.engine if isinstance(bind, AsyncConnection) else bind
-    assert isinstance(engine, AsyncEngine)
-    statement = (
+    """Record, in the caller's transaction, that searches of the scope (of every user of the tenant if
+    `user_id` is None) go through the graph: the indexer adds the scope's memories from then on. On the
+    caller's connection, so a search never waits for a second one from the pool."""
+    await session.execute(
         insert(GraphScope)
         .values(tenant_id=tenant_id, user_id=EVERY_USER if user_id is None else user_id)
         .on_conflict_do_nothing()
     )
-    async with engine.begin() as conn:
-        await conn.execute(statement)
 
 
 async def index_graph(engine: AsyncEngine, *, batch: int, budget_s: float, everything: bool = False) -> int:

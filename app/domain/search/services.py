@@ -47,6 +47,9 @@ _SCOPE_SIZE_TTL_S = 60.0
 # another model is noticed within this time, instead of never.
 _EMBEDDER_CHECK_TTL_S = 30.0
 _SCOPE_SIZE_CACHE_MAX = 100_000
+# How often a process records again that a scope is searched through the graph (a search's transaction
+# may have been rolled back).
+_GRAPH_WANTED_TTL_S = 600.0
 _MAX_QUERY_WORDS = 64
 _WORD = re.compile(r"[^\W_]+")
 # Words that match nearly every memory; leaving them out keeps the lexical ranking about the content.
@@ -96,8 +99,9 @@ class Searcher:
     _embedder_checked_at: float | None = None  # monotonic time of the last good check
     # (tenant, user) -> (is the scope large, when that was read)
     _large_scopes: dict[tuple[uuid.UUID, str], tuple[bool, float]] = field(default_factory=dict)
-    # Scopes (None: all users of the tenant) recorded as searched through the graph (`graph.want_graph`)
-    _graph_wanted: set[tuple[uuid.UUID, str | None]] = field(default_factory=set)
+    # Scopes (None: all users of the tenant) recorded as searched through the graph (`graph.want_graph`),
+    # and when (monotonic clock)
+    _graph_wanted: dict[tuple[uuid.UUID, str | None], float] = field(default_factory=dict)
 
     async def search(self, session: AsyncSession, tenant_id: uuid.UUID, query: SearchQuery) -> list[Hit]:
         """The best `top_k` memories for `query`, best first."""
@@ -239,14 +243,16 @@ class Searcher:
         return large
 
     async def _want_graph(self, session: AsyncSession, tenant_id: uuid.UUID, user_id: str | None) -> None:
-        """A search through the graph asks the indexer for its scope's memories (once per process)."""
+        """A search through the graph asks the indexer for its scope's memories: once per process, and
+        again after a while, in case the transaction that recorded it was rolled back."""
         key = (tenant_id, user_id)
-        if key in self._graph_wanted:
+        now = time.monotonic()
+        if now - self._graph_wanted.get(key, -_GRAPH_WANTED_TTL_S) < _GRAPH_WANTED_TTL_S:
             return
         await want_graph(session, tenant_id, user_id)
         if len(self._graph_wanted) >= _SCOPE_SIZE_CACHE_MAX:
             self._graph_wanted.clear()
-        self._graph_wanted.add(key)
+        self._graph_wanted[key] = now
 
     async def _has_iterative_scan(self, repo: SearchRepository) -> bool:
         if self._iterative_scan is None:
