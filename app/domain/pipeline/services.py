@@ -292,19 +292,30 @@ async def _process_next(
     """Handle the scope's next chunk; False when there is nothing (ready) left.
 
     The claim (attempts + 1, so a chunk that kills its worker is eventually failed) and the reads for
-    the writer's view are single statements outside any transaction; the result is applied, and the
-    chunk marked applied, in one transaction shared with other scopes' results (`Applier`). Nothing
-    is held open while the writer thinks or the embedder answers.
+    the writer's view are single statements outside any transaction, on one connection taken from the
+    pool once; the result is applied, and the chunk marked applied, in one transaction shared with
+    other scopes' results (`Applier`). Nothing is held open while the writer thinks or the embedder
+    answers.
     """
+    view: _View | None = None
+    failure: BaseException | None = None
     async with AsyncSession(deps.reads, expire_on_commit=False) as session:
         claim = await PipelineRepository(session).claim_next(
             tenant_id, user_id, deps.settings.max_attempts, lease
         )
+        if claim.claimed is not None:
+            try:
+                view = await _writer_view(session, deps, claim.claimed)
+            except BaseException as exc:  # noqa: BLE001  (handled below, the connection back in the pool)
+                failure = exc
     chunk = claim.claimed
     if chunk is None:  # the common case is an empty scope
         return await _nothing_claimed(deps, claim, run)
     try:
-        return await _process_claimed(deps, chunk, run)
+        if failure is not None:
+            raise failure
+        assert view is not None
+        return await _process_claimed(deps, chunk, run, view)
     except asyncio.CancelledError:  # the worker is stopping: this attempt was not made
         await _give_back(deps, chunk)
         raise
@@ -319,20 +330,34 @@ async def _process_next(
         return await _failed_attempt(deps, chunk, run, _describe(exc), writer_name=chunk.writer or "default")
 
 
-async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun) -> bool:
+@dataclass(frozen=True)
+class _View:
+    """A claimed chunk's writer, and what it is shown (its request, and the memories under local ids)."""
+
+    options: TenantOptions
+    writer: Writer
+    request: WriteRequest
+    shown: dict[int, Shown]
+
+
+async def _writer_view(session: AsyncSession, deps: PipelineDeps, chunk: ChunkRow) -> _View:
+    options = await deps.tenant_options(session, chunk.tenant_id)
+    writer = deps.writers.get(chunk.writer, options.writer)
+    # Writers plugged in by import path may predate `context_messages`; they get the default.
+    request, shown = await _build_request(
+        session,
+        deps,
+        chunk,
+        getattr(writer, "context_messages", None),
+        initial_candidates=getattr(writer, "initial_candidates", True),
+    )
+    return _View(options, writer, request, shown)
+
+
+async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun, view: _View) -> bool:
     """The writer's call for a claimed chunk, and its result applied or its failure recorded."""
     settings = deps.settings
-    async with AsyncSession(deps.reads, expire_on_commit=False) as session:
-        options = await deps.tenant_options(session, chunk.tenant_id)
-        writer = deps.writers.get(chunk.writer, options.writer)
-        # Writers plugged in by import path may predate `context_messages`; they get the default.
-        request, shown = await _build_request(
-            session,
-            deps,
-            chunk,
-            getattr(writer, "context_messages", None),
-            initial_candidates=getattr(writer, "initial_candidates", True),
-        )
+    options, writer, request, shown = view.options, view.writer, view.request, view.shown
 
     log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
     started = time.perf_counter()
