@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     Boolean,
     CheckConstraint,
@@ -22,7 +21,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.config import get_settings
-from app.db.base import Base, timestamp_column, uuid_pk
+from app.db.base import Base, Embedding, timestamp_column, uuid_pk
 
 MEMORY_STATUSES = ("active", "superseded", "deleted")
 MEMORY_OWNERS = ("user", "agent")
@@ -78,7 +77,7 @@ class Memory(Base):
     memory_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="active")
     version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
-    embedding: Mapped[list[float] | None] = mapped_column(Vector(get_settings().embedding_dim))
+    embedding: Mapped[list[float] | None] = mapped_column(Embedding(get_settings().embedding_dim))
     # The content's English lexemes (stemmed, stop words dropped), kept by Postgres: BM25 reads their
     # frequencies and counts on every lexical search. Not loaded with the row.
     lexemes: Mapped[str | None] = mapped_column(

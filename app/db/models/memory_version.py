@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
@@ -21,7 +20,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.config import get_settings
-from app.db.base import Base, timestamp_column
+from app.db.base import Base, Embedding, timestamp_column
 
 VERSION_OPS = ("ADD", "UPDATE", "SUPERSEDE", "DELETE", "ROLLBACK", "RESTORE")
 
@@ -53,7 +52,7 @@ class MemoryVersion(Base):
     owner: Mapped[str] = mapped_column(String(16), nullable=False)
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     memory_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    embedding: Mapped[list[float] | None] = mapped_column(Vector(get_settings().embedding_dim))
+    embedding: Mapped[list[float] | None] = mapped_column(Embedding(get_settings().embedding_dim))
     # Links of a SUPERSEDE: the memories this one replaced, or the one that replaced it.
     supersedes: Mapped[list[uuid.UUID] | None] = mapped_column(ARRAY(UUID(as_uuid=True)))
     superseded_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
