@@ -39,15 +39,22 @@ class HashingEmbedder:
         words = [w for w in _TOKEN.findall(text.lower()) if w not in _STOPWORDS]
         vector = [0.0] * self.dim
         features = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
+        hit: set[int] = set()
         for feature in features:
             index, sign = _bucket(feature, self.dim)
             vector[index] += sign
-        norm = math.sqrt(sum(v * v for v in vector))
+            hit.add(index)
+        # Only the buckets a feature hit are non-zero: the norm and the division visit those alone, in
+        # index order (the same sum, to the bit, as over the whole vector).
+        nonzero = sorted(hit)
+        norm = math.sqrt(sum(vector[i] * vector[i] for i in nonzero))
         if norm == 0.0:
             # An empty or all-stopword text still needs a valid unit vector for cosine distance.
             vector[0] = 1.0
             return vector
-        return [v / norm for v in vector]
+        for i in nonzero:
+            vector[i] /= norm
+        return vector
 
     async def aclose(self) -> None:
         """Nothing is held open."""
