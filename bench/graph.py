@@ -39,7 +39,7 @@ import asyncpg
 import numpy as np
 import psutil
 from pgvector.asyncpg import register_vector
-from search import DIM, log, summary, synthetic_bank
+from search import DIM, for_bulk_loads, log, summary, synthetic_bank
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -140,13 +140,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.to_thread(upgrade, pg.url())
         conn = await asyncpg.connect(pg.dsn())
         await register_vector(conn)
-        results["pgvector"] = await conn.fetchval(
-            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
-        )
-        await conn.execute("ALTER SYSTEM SET maintenance_work_mem = '2GB'")
-        await conn.execute("ALTER SYSTEM SET max_parallel_maintenance_workers = 1")
-        await conn.execute("ALTER SYSTEM SET max_wal_size = '20GB'")
-        await conn.execute("SELECT pg_reload_conf()")
+        results["pgvector"] = await for_bulk_loads(conn, maintenance_work_mem="2GB")
         await conn.execute("DROP INDEX ix_memories_embedding_hnsw")
         tenant_id = uuid.uuid4()
         await conn.execute("INSERT INTO tenants (id, name) VALUES ($1, 'bench')", tenant_id)

@@ -153,6 +153,16 @@ def synthetic_bank(
     return Bank(sizes, user_topics, owner, facets, topic, vectors, order)
 
 
+async def for_bulk_loads(conn: asyncpg.Connection, *, maintenance_work_mem: str) -> str:
+    """Settings for loading a bank and building its indexes in one go; the server's pgvector version."""
+    await conn.execute(f"ALTER SYSTEM SET maintenance_work_mem = '{maintenance_work_mem}'")
+    await conn.execute("ALTER SYSTEM SET max_parallel_maintenance_workers = 1")
+    await conn.execute("ALTER SYSTEM SET checkpoint_timeout = '30min'")
+    await conn.execute("ALTER SYSTEM SET max_wal_size = '20GB'")
+    await conn.execute("SELECT pg_reload_conf()")
+    return str(await conn.fetchval("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
+
+
 class LookupEmbedder:
     """Precomputed query vectors by text, so service figures exclude the embedding model."""
 
@@ -260,14 +270,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             return conn
 
         conn = await connect()
-        results["pgvector"] = await conn.fetchval(
-            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
-        )
-        await conn.execute("ALTER SYSTEM SET maintenance_work_mem = '6GB'")
-        await conn.execute("ALTER SYSTEM SET max_parallel_maintenance_workers = 1")
-        await conn.execute("ALTER SYSTEM SET checkpoint_timeout = '30min'")
-        await conn.execute("ALTER SYSTEM SET max_wal_size = '20GB'")
-        await conn.execute("SELECT pg_reload_conf()")
+        results["pgvector"] = await for_bulk_loads(conn, maintenance_work_mem="6GB")
         tenant_id, other_tenant = uuid.uuid4(), uuid.uuid4()
         await conn.execute(
             "INSERT INTO tenants (id, name) VALUES ($1, 'bench'), ($2, 'bench-inserts')",
