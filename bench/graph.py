@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ import asyncpg
 import numpy as np
 import psutil
 from pgvector.asyncpg import register_vector
-from search import DIM, for_bulk_loads, log, summary, synthetic_bank
+from search import DIM, for_bulk_loads, log, recall_at_10, synthetic_bank
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -107,21 +106,7 @@ async def measure_graph(
 
     result["cross_scope"] = {}
     for ef in args.ef_search:
-        latencies, recalls, knn = [], [], []
-        for q, want, tenth in cross:
-            async with conn.transaction():
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef)}")
-                started = time.perf_counter()
-                rows = await conn.fetch(select, q, tenant_id)
-                latencies.append((time.perf_counter() - started) * 1000)
-            recalls.append(len({r["id"] for r in rows} & want) / 10)
-            knn.append(sum(1 for r in rows if r["distance"] <= tenth + 1e-3) / 10)
-        result["cross_scope"][ef] = {
-            "recall_at_10": round(statistics.fmean(recalls), 4),
-            "knn_recall_at_10": round(statistics.fmean(knn), 4),
-            "min_recall": round(min(recalls), 2),
-            "latency": summary(latencies),
-        }
+        result["cross_scope"][ef] = await recall_at_10(conn, select, tenant_id, ef, cross)
         log(f"  ef_search {ef}: {result['cross_scope'][ef]}")
 
     await conn.execute("DROP INDEX IF EXISTS bench_graph")
@@ -187,7 +172,7 @@ def print_table(results: dict[str, Any]) -> None:
             c = g["cross_scope"][ef]
             line += (
                 f" {c['recall_at_10']} ({c['knn_recall_at_10']}, {c['min_recall']}) |"
-                f" {c['latency']['p50_ms']} ms |"
+                f" {c['sql_1_client']['p50_ms']} ms |"
             )
         print(line)
 

@@ -55,6 +55,7 @@ from app.lib.embedded import EmbeddedPostgres
 
 DIM = 384
 GOAL_P50_MS, GOAL_P99_MS, GOAL_RECALL = 5.0, 20.0, 0.95
+KNN_EPSILON = 1e-3  # a k-NN result counts if within this of the true 10th's distance (ann-benchmarks)
 DOMAINS, TOPICS = 50, 2_000  # topics grouped in broad domains (work, food, travel ...)
 FACETS = 20  # facets per topic ("coffee: espresso", "coffee: the grinder" ...), cosine ~0.8 to the topic
 NOISE = 0.6  # spread of a memory around its facet (cosine ~0.86): two statements of one fact ~0.74
@@ -161,6 +162,35 @@ async def for_bulk_loads(conn: asyncpg.Connection, *, maintenance_work_mem: str)
     await conn.execute("ALTER SYSTEM SET max_wal_size = '20GB'")
     await conn.execute("SELECT pg_reload_conf()")
     return str(await conn.fetchval("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
+
+
+async def recall_at_10(
+    conn: asyncpg.Connection,
+    sql: str,
+    tenant_id: uuid.UUID,
+    ef_search: int,
+    queries: list[tuple[np.ndarray, set[uuid.UUID], float]],
+) -> dict[str, Any]:
+    """Recall@10 of `sql` (query vector $1, tenant $2) at `ef_search` over `queries` (vector, the true
+    ten's ids, the true 10th's distance), and its latency. Two recalls: by id (strict: a different row
+    at the same distance counts as a miss), and ann-benchmarks' k-NN recall (a result counts if its
+    distance is within 1e-3 of the true 10th's), which does not punish near-ties between many equally
+    close statements of one fact."""
+    latencies, recalls, knn = [], [], []
+    for q, want, tenth in queries:
+        async with conn.transaction():
+            await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+            started = time.perf_counter()
+            rows = await conn.fetch(sql, q, tenant_id)
+            latencies.append((time.perf_counter() - started) * 1000)
+        recalls.append(len({r["id"] for r in rows} & want) / 10)
+        knn.append(sum(1 for r in rows if r["distance"] <= tenth + KNN_EPSILON) / 10)
+    return {
+        "recall_at_10": round(statistics.fmean(recalls), 4),
+        "knn_recall_at_10": round(statistics.fmean(knn), 4),
+        "min_recall": round(min(recalls), 2),
+        "sql_1_client": summary(latencies),
+    }
 
 
 class LookupEmbedder:
@@ -525,28 +555,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             top = np.argpartition(-scores, 10)[:10]
             truth.append({ids[j] for j in top})
             tenth.append(1.0 - float(scores[top].min()))  # cosine distance of the true 10th
-        # Two recalls: by id (strict: a different row at the same distance counts as a miss), and
-        # ann-benchmarks' k-NN recall (a result counts if its distance is within 1e-3 of the true
-        # 10th's), which does not punish near-ties between many equally close statements of one fact.
-        epsilon = 1e-3
         results["cross_scope"] = {}
         for ef in args.ef_search:
-            lat, recalls, knn = [], [], []
-            for q, want, limit in zip(cross, truth, tenth, strict=True):
-                async with c.transaction():
-                    await c.execute(f"SET LOCAL hnsw.ef_search = {ef}")
-                    started = time.perf_counter()
-                    rows = await c.fetch(HNSW_SQL, q, tenant_id)
-                    lat.append((time.perf_counter() - started) * 1000)
-                recalls.append(len({r["id"] for r in rows} & want) / 10)
-                knn.append(sum(1 for r in rows if r["distance"] <= limit + epsilon) / 10)
-
-            results["cross_scope"][ef] = {
-                "recall_at_10": round(statistics.fmean(recalls), 4),
-                "knn_recall_at_10": round(statistics.fmean(knn), 4),
-                "min_recall": round(min(recalls), 2),
-                "sql_1_client": summary(lat),
-            }
+            results["cross_scope"][ef] = await recall_at_10(
+                c, HNSW_SQL, tenant_id, ef, list(zip(cross, truth, tenth, strict=True))
+            )
             log(f"  ef_search={ef}: {results['cross_scope'][ef]}")
         # The same through the service (all_users): ef_search = max(SEARCH_EF_SEARCH, SEARCH_POOL).
         cross_texts = []
@@ -563,7 +576,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 await session.commit()
             lat.append((time.perf_counter() - started) * 1000)
             recalls.append(len({h.id for h in hits} & truth[k]) / 10)
-            knn.append(sum(1 for h in hits if 1.0 - (h.similarity or 0.0) <= tenth[k] + epsilon) / 10)
+            knn.append(sum(1 for h in hits if 1.0 - (h.similarity or 0.0) <= tenth[k] + KNN_EPSILON) / 10)
         results["cross_scope_service"] = {
             "ef_search": max(args.service_ef_search, settings.search_pool),
             "recall_at_10": round(statistics.fmean(recalls), 4),
