@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.models import Chunk
 from app.domain.ingest.services import scope_job_name
-from app.lib.queue import QUEUE_NAME, JobQueue, create_redis, redis_settings
+from app.lib.queue import QUEUE_NAME, JobQueue, create_redis
 from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer
 from tests.support.workers import running_worker
@@ -115,27 +115,21 @@ async def _watches(client: aioredis.Redis) -> int:
     return int(stats.get("cmdstat_watch", {}).get("calls", 0))
 
 
-def _sleepy_worker(settings: Settings) -> WakeableWorker:
-    """A worker of `_sleepy` jobs looking at the queue every 20 ms."""
+def _sleepy_worker(settings: Settings) -> contextlib.AbstractAsyncContextManager[WakeableWorker]:
+    """A running worker of `_sleepy` jobs alone (no pipeline, no crons), looking every 20 ms."""
     from arq import func
 
-    return WakeableWorker(
+    return running_worker(
+        settings,
         functions=[func(_sleepy, name="sleepy")],
-        queue_name=QUEUE_NAME,
-        redis_settings=redis_settings(settings.redis_url),
-        poll_delay=0.02,
+        cron_jobs=[],
+        on_startup=None,
+        on_shutdown=None,
+        on_job_start=None,
+        on_job_end=None,
         max_jobs=20,
-        handle_signals=False,
         keep_result=0,
     )
-
-
-async def _stop(worker: WakeableWorker, task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    with contextlib.suppress(Exception, asyncio.CancelledError):
-        await worker.close()
 
 
 @pytest.mark.parametrize("where", ["here", "elsewhere"])
@@ -147,30 +141,29 @@ async def test_a_look_at_the_queue_does_not_recheck_the_jobs_already_running(
     checks none of them that way again (one batched EXISTS says which run elsewhere)."""
     redis = aioredis.from_url(settings.redis_url)
     queue = JobQueue(create_redis(settings.redis_url), wake=False)
-    runner = _sleepy_worker(settings)
-    tasks = {runner: asyncio.create_task(runner.main())}
-    try:
-        await queue.enqueue_many([("sleepy", {"seconds": 30.0, "_job_id": f"sleepy:{n}"}) for n in range(10)])
-        deadline = time.monotonic() + 10
-        while len(runner.tasks) < 10:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.02)
-        looker = runner
-        if where == "elsewhere":
-            looker = _sleepy_worker(settings)
-            tasks[looker] = asyncio.create_task(looker.main())
-            await asyncio.sleep(0.2)
-        before = await _watches(redis)
-        await asyncio.sleep(1.0)  # about fifty looks at a queue of ten running jobs
-        assert await _watches(redis) - before == 0
-        assert not looker.tasks or looker is runner
-        await queue.enqueue_many([("sleepy", {"seconds": 0.0, "_job_id": "sleepy:new"})])
-        deadline = time.monotonic() + 5
-        while sum(w.jobs_complete for w in tasks) < 1:  # a new job is still found and started at once
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.02)
-    finally:
-        for worker, task in tasks.items():
-            await _stop(worker, task)
-        await queue.close()
-        await redis.aclose()
+    async with contextlib.AsyncExitStack() as workers:
+        runner = await workers.enter_async_context(_sleepy_worker(settings))
+        try:
+            jobs = [("sleepy", {"seconds": 30.0, "_job_id": f"sleepy:{n}"}) for n in range(10)]
+            await queue.enqueue_many(jobs)
+            deadline = time.monotonic() + 10
+            while len(runner.tasks) < 10:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            looker = runner
+            if where == "elsewhere":
+                looker = await workers.enter_async_context(_sleepy_worker(settings))
+                await asyncio.sleep(0.2)
+            before = await _watches(redis)
+            await asyncio.sleep(1.0)  # about fifty looks at a queue of ten running jobs
+            assert await _watches(redis) - before == 0
+            assert not looker.tasks or looker is runner
+            await queue.enqueue_many([("sleepy", {"seconds": 0.0, "_job_id": "sleepy:new"})])
+            deadline = time.monotonic() + 5
+            # a new job is still found and started at once
+            while sum(w.jobs_complete for w in dict.fromkeys([runner, looker])) < 1:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+        finally:
+            await queue.close()
+            await redis.aclose()
