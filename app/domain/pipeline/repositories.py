@@ -14,7 +14,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import DateTime, Table, bindparam, column, exists, func, select, table, text, true, update
+from sqlalchemy import (
+    DateTime,
+    Table,
+    bindparam,
+    column,
+    exists,
+    func,
+    literal_column,
+    select,
+    table,
+    text,
+    true,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Chunk, Tenant
@@ -24,6 +37,12 @@ CHUNKS = cast("Table", Chunk.__table__)
 PENDING = ("queued", "processing")
 _c = CHUNKS.c
 _SCOPE = (_c.tenant_id == bindparam("p_tenant_id"), _c.user_id == bindparam("p_user_id"))
+# Unfinished, as constants in the SQL: the partial index of a scope's unfinished chunks
+# (`ix_chunks_scope_pending`) serves only a condition that implies its own, and a bind parameter
+# implies nothing in the generic plan a prepared statement settles on after a few runs. With
+# `status IN ($1, $2)` the next chunk was found by walking the scope's whole history in
+# `uq_chunks_scope_seq`: a claim cost more with every chunk the user had ever sent.
+_UNFINISHED = _c.status.in_([literal_column(f"'{status}'") for status in PENDING])
 _ROW = (
     _c.id,
     _c.tenant_id,
@@ -56,15 +75,23 @@ _LOCK_HELD = (
 # unfinished chunk as it was, and that chunk as claimed (marked `processing`, attempts + 1) if it
 # could be taken now. The conditions are on `chunks` itself, so a concurrent change to the row (an
 # admin retry, a purge) is seen by the UPDATE after it waits for it.
-_NEXT = select(*_ROW).where(*_SCOPE, _c.status.in_(PENDING)).order_by(_c.seq).limit(1).cte("next_chunk")
+#
+# A worker's prepared statements settle on generic plans, planned without the parameters' values, so
+# nothing here leaves a plan to an estimate: the limit is a constant, and the UPDATE names its row by
+# values (scope, seq and id, each a subquery's result) that every index of `chunks` it could use finds
+# in one entry. Joined to the CTE instead, it was planned as a hash join over every unfinished chunk.
+_NEXT = (
+    select(*_ROW).where(*_SCOPE, _UNFINISHED).order_by(_c.seq).limit(literal_column("1")).cte("next_chunk")
+)
 _ALIVE = select(_LOCK_HELD).cte("scope_lock")
 _CLAIMED = (
     update(CHUNKS)
     .where(
-        _c.tenant_id == bindparam("p_tenant_id"),
-        _c.id == _NEXT.c.id,
-        _ALIVE.c.lock_held,
-        _c.status.in_(PENDING),
+        *_SCOPE,
+        _c.seq == select(_NEXT.c.seq).scalar_subquery(),
+        _c.id == select(_NEXT.c.id).scalar_subquery(),
+        select(_ALIVE.c.lock_held).scalar_subquery(),
+        _UNFINISHED,
         _c.available_at <= func.now(),
         _c.attempts < bindparam("p_max_attempts"),
     )
@@ -80,17 +107,25 @@ _CLAIM = select(
 ).select_from(_ALIVE.outerjoin(_NEXT, true()).outerjoin(_CLAIMED, true()))
 # Fenced by the claim: a chunk this worker lost its lock on, and another worker took since, is not
 # touched (its `attempts` moved on). Many chunks in one statement: the workers apply in groups.
+#
+# Each row is named by scope, seq and id, which every index of `chunks` finds in one entry, and its
+# status is checked as `<> ALL(queued, applied, failed)`: 'processing', the one other value the CHECK
+# constraint allows, in a form the partial index of unfinished chunks cannot serve. Given `status =
+# 'processing'` a planner whose statistics predate a burst of chunks (or a table not yet analysed)
+# takes that index for a few rows and hash-joins the batch against all of it: every unfinished chunk
+# of the deployment read again for each batch, when the backlog is deepest.
 _MARK_APPLIED = text(
     "UPDATE chunks SET status = 'applied', changeset_id = u.changeset_id, last_error = NULL,"
     " applied_at = now(), updated_at = now()"
-    " FROM unnest(CAST(:p_tenant_ids AS uuid[]), CAST(:p_chunk_ids AS uuid[]),"
-    " CAST(:p_changeset_ids AS uuid[]), CAST(:p_attempts AS integer[]))"
-    " AS u(tenant_id, id, changeset_id, attempt)"
-    " WHERE chunks.tenant_id = u.tenant_id AND chunks.id = u.id AND chunks.status = 'processing'"
-    " AND chunks.attempts = u.attempt"
+    " FROM unnest(CAST(:p_tenant_ids AS uuid[]), CAST(:p_user_ids AS text[]), CAST(:p_seqs AS bigint[]),"
+    " CAST(:p_chunk_ids AS uuid[]), CAST(:p_changeset_ids AS uuid[]), CAST(:p_attempts AS integer[]))"
+    " AS u(tenant_id, user_id, seq, id, changeset_id, attempt)"
+    " WHERE chunks.tenant_id = u.tenant_id AND chunks.user_id = u.user_id AND chunks.seq = u.seq"
+    " AND chunks.id = u.id AND chunks.attempts = u.attempt"
+    " AND chunks.status <> ALL ('{queued,applied,failed}')"
     " RETURNING chunks.id"
 )
-_HAS_READY = select(_c.id).where(*_SCOPE, _c.status.in_(PENDING), _c.available_at <= func.now()).limit(1)
+_HAS_READY = select(_c.id).where(*_SCOPE, _UNFINISHED, _c.available_at <= func.now()).limit(1)
 _EARLIER = (
     select(_c.messages)
     .where(*_SCOPE, _c.seq < bindparam("p_before_seq"))
@@ -217,6 +252,8 @@ class PipelineRepository:
             return set()
         params = {
             "p_tenant_ids": [chunk.tenant_id for chunk, _ in claims],
+            "p_user_ids": [chunk.user_id for chunk, _ in claims],
+            "p_seqs": [chunk.seq for chunk, _ in claims],
             "p_chunk_ids": [chunk.id for chunk, _ in claims],
             "p_changeset_ids": [changeset_id for _, changeset_id in claims],
             "p_attempts": [chunk.attempts for chunk, _ in claims],
