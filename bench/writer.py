@@ -121,25 +121,32 @@ async def run_level(
     deadline = time.monotonic() + 120 + 4 * per_user * latency
     prefix = f"l{c}-u%"
     in_flight: list[int] = []  # calls the model server holds, sampled every 0.1 s once the first arrived
+    # The poll counts the level's unfinished chunks through the service's own partial index, so that
+    # the benchmark's watching costs Postgres next to nothing; its figures are read once, at the end.
+    # (Aggregating the level's spans on every poll cost 3 ms a time: at 128 chunks/s, 0.2 ms of the
+    # Postgres CPU per chunk reported below.)
     while True:
         now = (await client.get(f"{fake_url}/fake/stats")).json()["in_flight"]
         if in_flight or now:
             in_flight.append(now)
-        row = await conn.fetchrow(
-            "SELECT count(*) FILTER (WHERE status IN ('applied','failed')) AS done,"
-            " count(*) FILTER (WHERE status = 'failed') AS failed,"
-            " extract(epoch FROM max(applied_at) - min(received_at)) AS window_s,"
-            " (SELECT avg(span) FROM (SELECT extract(epoch FROM max(applied_at) - min(received_at)) AS span"
-            "   FROM chunks WHERE user_id LIKE $1 GROUP BY user_id) AS spans) AS mean_span_s"
-            " FROM chunks WHERE user_id LIKE $1",
-            prefix,
+        unfinished = await conn.fetchval(
+            "SELECT count(*) FROM chunks WHERE status IN ('queued', 'processing') AND user_id LIKE $1", prefix
         )
-        if row["done"] >= len(body) or time.monotonic() > deadline:
+        if unfinished == 0 or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.1)
-    stats = (await client.post(f"{fake_url}/fake/stats")).json()
     cpu_busy = machine_busy(cpu_before, machine_cpu())
     by_role = (cpu_now() - by_role_before).seconds
+    row = await conn.fetchrow(
+        "SELECT count(*) FILTER (WHERE status IN ('applied','failed')) AS done,"
+        " count(*) FILTER (WHERE status = 'failed') AS failed,"
+        " extract(epoch FROM max(applied_at) - min(received_at)) AS window_s,"
+        " (SELECT avg(span) FROM (SELECT extract(epoch FROM max(applied_at) - min(received_at)) AS span"
+        "   FROM chunks WHERE user_id LIKE $1 GROUP BY user_id) AS spans) AS mean_span_s"
+        " FROM chunks WHERE user_id LIKE $1",
+        prefix,
+    )
+    stats = (await client.post(f"{fake_url}/fake/stats")).json()
     window = float(row["window_s"] or math.nan)
     mean_span = float(row["mean_span_s"] or math.nan)
     ideal = c / latency
