@@ -182,6 +182,9 @@ class ScopeRun:
     lost_lock: bool = False  # the scope lock was found gone mid-run
     no_shadow_slot: bool = False  # a shadow bank's scope put off: the process drains enough of them
     fed: list[uuid.UUID] = field(default_factory=list)  # shadow banks that got the scope's new chunks
+    # The seq of the chunk claimed last under the current lease: the next claim reads on from there
+    # (`PipelineRepository.claim_next`).
+    claimed_seq: int | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -268,6 +271,7 @@ async def _drain(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> Scop
         if lease is None:
             run.locked_elsewhere = True
             return run
+        run.claimed_seq = None
         try:
             while deps.locks.holds(lease) and await _process_next(deps, tenant_id, user_id, run, lease):
                 pass
@@ -301,9 +305,10 @@ async def _process_next(
     failure: BaseException | None = None
     async with AsyncSession(deps.reads, expire_on_commit=False) as session:
         claim = await PipelineRepository(session).claim_next(
-            tenant_id, user_id, deps.settings.max_attempts, lease
+            tenant_id, user_id, deps.settings.max_attempts, lease, from_seq=run.claimed_seq
         )
         if claim.claimed is not None:
+            run.claimed_seq = claim.claimed.seq
             try:
                 view = await _writer_view(session, deps, claim.claimed)
             except BaseException as exc:  # noqa: BLE001  (handled below, the connection back in the pool)

@@ -1,6 +1,7 @@
 """A claim and a batch's mark read a handful of blocks of `chunks`, however long the scope's history
-and however deep the tenant's backlog: with the generic plans a worker's prepared statements settle
-on after a few runs, before the table has statistics and after."""
+and however deep the tenant's backlog: a drain's first claim, its later ones, and the mark, with the
+generic plans a worker's prepared statements settle on after a few runs, before the table has
+statistics and after."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ async def test_a_claim_and_its_mark_read_a_few_blocks_whatever_the_history_and_t
     async with AsyncSession(engine) as session, session.begin():
         await session.execute(
             _ADD_CHUNKS,
-            {"tenant_id": tenant.tenant_id, "user_id": "long", "applied": HISTORY, "count": HISTORY + 2},
+            {"tenant_id": tenant.tenant_id, "user_id": "long", "applied": HISTORY, "count": HISTORY + 4},
         )
         await session.execute(
             _ADD_CHUNKS, {"tenant_id": tenant.tenant_id, "user_id": "backlog", "applied": 0, "count": BACKLOG}
@@ -55,6 +56,7 @@ async def test_a_claim_and_its_mark_read_a_few_blocks_whatever_the_history_and_t
     async with pipeline_deps(pipeline_settings, engine) as deps:
         lease = await deps.locks.try_acquire(scope_lock_key(tenant.tenant_id, "long"))
         assert lease is not None
+        claims = 0
         for statistics in ("none yet", "analyzed"):
             if statistics == "analyzed":
                 async with engine.connect() as connection:
@@ -63,13 +65,21 @@ async def test_a_claim_and_its_mark_read_a_few_blocks_whatever_the_history_and_t
             async with AsyncSession(engine) as session, session.begin():
                 await session.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
                 repo = PipelineRepository(session)
-                start = await blocks(session)
-                claim = await repo.claim_next(tenant.tenant_id, "long", 5, lease)
-                claimed = await blocks(session)
-                marked = await repo.mark_applied([(claim.claimed, uuid.uuid4())] if claim.claimed else [])
-                end = await blocks(session)
-            assert claim.claimed is not None
-            assert claim.claimed.seq > HISTORY  # the oldest unfinished chunk, after the whole history
-            assert marked == {claim.claimed.id}
-            assert claimed - start <= MOST_BLOCKS, (statistics, "claim", claimed - start)
-            assert end - claimed <= MOST_BLOCKS, (statistics, "mark", end - claimed)
+                read = [await blocks(session)]
+                first = await repo.claim_next(tenant.tenant_id, "long", 5, lease)
+                read.append(await blocks(session))
+                assert first.claimed is not None
+                marked = await repo.mark_applied([(first.claimed, uuid.uuid4())])
+                read.append(await blocks(session))
+                later = await repo.claim_next(tenant.tenant_id, "long", 5, lease, from_seq=first.claimed.seq)
+                read.append(await blocks(session))
+                assert later.claimed is not None
+                marked |= await repo.mark_applied([(later.claimed, uuid.uuid4())])
+            # The oldest unfinished chunks, after the whole history, in order.
+            assert (first.claimed.seq, later.claimed.seq) == (claims + HISTORY + 1, claims + HISTORY + 2)
+            assert marked == {first.claimed.id, later.claimed.id}
+            costs = dict(
+                zip(("first claim", "mark", "later claim"), map(int.__sub__, read[1:], read), strict=True)
+            )
+            assert max(costs.values()) <= MOST_BLOCKS, (statistics, costs)
+            claims += 2
