@@ -87,7 +87,7 @@ _LOCK_HELD = (
 # - a drain's first claim reads the scope's oldest unfinished chunk from the partial index of unfinished
 #   chunks (`_UNFINISHED`): one entry, however long the user's history;
 # - its later claims read on from the chunk the drain claimed last, along the scope's `seq` index
-#   (`uq_chunks_scope_seq`; `status <> ALL(applied, failed)` keeps the partial index out of it): a few
+#   (`uq_chunks_scope_seq`; `status NOT IN (applied, failed)` keeps the partial index out of it): a few
 #   entries. The partial index holds all of a scope's live entries on one or two pages, which new
 #   chunks of a busy scope are written to at the same time; read there for every chunk, the claims
 #   also pruned and rewrote those pages: 47 WAL records a chunk instead of 35, and 1.7 ms of Postgres
