@@ -6,13 +6,19 @@ statistics and after."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import ClassVar
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.config import Settings
+from app.db.models import Chunk
 from app.domain.pipeline.locks import scope_lock_key
 from app.domain.pipeline.repositories import PipelineRepository
+from app.domain.pipeline.services import process_scope
+from app.writers.base import WriteRequest, WriteResult
+from app.writers.offline import OfflineWriter
 from tests.conftest import TenantKeys
 from tests.integration.pipeline.test_core_loop import pipeline_deps
 
@@ -24,9 +30,9 @@ BACKLOG = 2_000  # chunks another user of the tenant has waiting
 MOST_BLOCKS = 40
 
 _ADD_CHUNKS = text(
-    "INSERT INTO chunks (id, tenant_id, user_id, seq, messages, body_hash, status)"
+    "INSERT INTO chunks (id, tenant_id, user_id, seq, messages, body_hash, status, writer)"
     ' SELECT gen_random_uuid(), :tenant_id, :user_id, g, \'[{"role": "user", "content": "hi"}]\','
-    " md5(g::text), CASE WHEN g <= :applied THEN 'applied' ELSE 'queued' END"
+    " md5(g::text), CASE WHEN g <= :applied THEN 'applied' ELSE 'queued' END, :writer"
     " FROM generate_series(1, :count) AS g"
 )
 
@@ -48,10 +54,23 @@ async def test_a_claim_and_its_mark_read_a_few_blocks_whatever_the_history_and_t
     async with AsyncSession(engine) as session, session.begin():
         await session.execute(
             _ADD_CHUNKS,
-            {"tenant_id": tenant.tenant_id, "user_id": "long", "applied": HISTORY, "count": HISTORY + 4},
+            {
+                "tenant_id": tenant.tenant_id,
+                "user_id": "long",
+                "applied": HISTORY,
+                "count": HISTORY + 4,
+                "writer": None,
+            },
         )
         await session.execute(
-            _ADD_CHUNKS, {"tenant_id": tenant.tenant_id, "user_id": "backlog", "applied": 0, "count": BACKLOG}
+            _ADD_CHUNKS,
+            {
+                "tenant_id": tenant.tenant_id,
+                "user_id": "backlog",
+                "applied": 0,
+                "count": BACKLOG,
+                "writer": None,
+            },
         )
     async with pipeline_deps(pipeline_settings, engine) as deps:
         lease = await deps.locks.try_acquire(scope_lock_key(tenant.tenant_id, "long"))
@@ -83,3 +102,66 @@ async def test_a_claim_and_its_mark_read_a_few_blocks_whatever_the_history_and_t
             )
             assert max(costs.values()) <= MOST_BLOCKS, (statistics, costs)
             claims += 2
+
+
+class RetryingWriter(OfflineWriter):
+    """The offline writer that, on its first call, does what an admin's retry of a failed chunk does
+    (`during_first_call`): the drain it serves has by then claimed past that chunk."""
+
+    during_first_call: ClassVar[Callable[[], Awaitable[None]] | None] = None
+
+    def __init__(self, name: str = "retrying") -> None:
+        super().__init__(name=name)
+
+    async def write(self, request: WriteRequest) -> WriteResult:
+        cls = type(self)
+        if cls.during_first_call is not None:
+            action, cls.during_first_call = cls.during_first_call, None
+            await action()
+        return await super().write(request)
+
+
+async def test_a_chunk_retried_behind_a_drain_is_taken_up_by_the_same_job(
+    tenant: TenantKeys, pipeline_settings: Settings, engine: AsyncEngine
+) -> None:
+    """A drain's later claims read on from its place, so a failed chunk an admin retries meanwhile lies
+    behind them; the drain's look at the scope after releasing its lock finds it, in the same job."""
+    settings = pipeline_settings.model_copy(
+        update={
+            "writer_plugins": {
+                **pipeline_settings.writer_plugins,
+                "retrying": f"{__name__}:RetryingWriter",
+            }
+        }
+    )
+    async with AsyncSession(engine) as session, session.begin():
+        await session.execute(
+            _ADD_CHUNKS,
+            {"tenant_id": tenant.tenant_id, "user_id": "u", "applied": 0, "count": 3, "writer": "retrying"},
+        )
+        await session.execute(
+            text("UPDATE chunks SET status = 'failed', attempts = 3 WHERE tenant_id = :t AND seq = 1"),
+            {"t": tenant.tenant_id},
+        )
+
+    async def retry_the_first() -> None:  # as `POST /v1/admin/chunks/{id}/retry` leaves it
+        async with AsyncSession(engine) as session, session.begin():
+            await session.execute(
+                text(
+                    "UPDATE chunks SET status = 'queued', attempts = 0, available_at = now()"
+                    " WHERE tenant_id = :t AND seq = 1"
+                ),
+                {"t": tenant.tenant_id},
+            )
+
+    RetryingWriter.during_first_call = retry_the_first
+    async with pipeline_deps(settings, engine) as deps:
+        run = await process_scope(deps, tenant.tenant_id, "u")
+    assert RetryingWriter.during_first_call is None  # the retry happened, during chunk 2's call
+    async with AsyncSession(engine) as session:
+        rows = await session.execute(
+            select(Chunk.seq, Chunk.status).where(Chunk.tenant_id == tenant.tenant_id)
+        )
+        statuses = {seq: status for seq, status in rows}
+    assert statuses == {1: "applied", 2: "applied", 3: "applied"}
+    assert run.applied == 3
