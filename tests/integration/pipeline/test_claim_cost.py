@@ -162,6 +162,6 @@ async def test_a_chunk_retried_behind_a_drain_is_taken_up_by_the_same_job(
         rows = await session.execute(
             select(Chunk.seq, Chunk.status).where(Chunk.tenant_id == tenant.tenant_id)
         )
-        statuses = {seq: status for seq, status in rows}
+        statuses = dict(rows.all())
     assert statuses == {1: "applied", 2: "applied", 3: "applied"}
     assert run.applied == 3
