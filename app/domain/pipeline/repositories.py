@@ -93,6 +93,7 @@ _LOCK_HELD = (
 #   also pruned and rewrote those pages: 47 WAL records a chunk instead of 35, and 1.7 ms of Postgres
 #   per chunk instead of 1.1 ms (`bench/pipeline.py` end to end, twenty users posting and drained at
 #   once).
+_COLUMNS = [c.name for c in _ROW]
 _FIRST = (_UNFINISHED,)
 _LATER = (
     _c.seq >= bindparam("p_from_seq"),
@@ -125,7 +126,6 @@ def _claim_statement(where: tuple[ColumnElement[bool], ...]) -> Select[Any]:
     ).select_from(alive.outerjoin(found, true()).outerjoin(claimed, true()))
 
 
-_COLUMNS = [c.name for c in _ROW]
 _CLAIM_FIRST = _claim_statement(_FIRST)
 _CLAIM_LATER = _claim_statement(_LATER)
 # Fenced by the claim: a chunk this worker lost its lock on, and another worker took since, is not
