@@ -14,7 +14,8 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 # .dockerignore keeps the context to what `pip install .` needs.
 COPY . .
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir . \
+    && memstore references install
 
 # --- runtime: the virtualenv only, run as an unprivileged user ------------------------------
 FROM ${PYTHON_IMAGE} AS runtime

@@ -20,7 +20,7 @@ import httpx
 import structlog
 import typer
 
-from app import cli_eval, cli_history, cli_search, cli_shadows, cli_transfer
+from app import cli_eval, cli_history, cli_references, cli_search, cli_shadows, cli_transfer
 from app.config import Settings, get_settings
 from app.lib.logging import configure_logging
 
@@ -348,6 +348,7 @@ def _embedded_refusal() -> Iterator[None]:
 
 cli_eval.register(cli)
 cli_history.register(cli)
+cli_references.register(cli)
 cli_search.register(cli)
 cli_shadows.register(cli)
 cli_transfer.register(cli)
