@@ -168,7 +168,7 @@ class Settings(BaseSettings):
     )
     writer_profile: str = Field(
         default="hy-memory",
-        description="Protocol spoken to the openai writer: hy-memory, mem0, simple, memos.",
+        description="Protocol spoken to the openai writer: hy-memory, mem0, mem0-v3, memos, simple.",
     )
     writer_base_url: str = Field(
         default="http://127.0.0.1:8001/v1", description="OpenAI-compatible endpoint of the writer model."
@@ -185,12 +185,15 @@ class Settings(BaseSettings):
         default=64, description="Model requests in flight per process and writer (more wait their turn)."
     )
     writer_max_tokens: int = Field(
-        default=4096, description="Upper bound of max_tokens per model request (it grows with candidates)."
+        default=8192,
+        description="Upper bound of max_tokens per model request (profiles ask what their reference asks; "
+        "a cut-off answer is asked again with twice its budget, up to this).",
     )
     writer_response_format: Literal["auto", "json_schema", "json_object_schema", "json_object", "none"] = (
         Field(
             default="auto",
-            description="Structured output: auto sends a JSON schema, dropped if refused (docs/writers.md).",
+            description="Structured output: auto sends what each profile's reference sends, a weaker form "
+            "if refused (docs/writers.md).",
         )
     )
     writer_extra_body: dict[str, Any] = Field(

@@ -14,11 +14,13 @@ statement, for the apply step's `placeholder` guard.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
 class OpKind(StrEnum):
@@ -58,11 +60,38 @@ class Candidate:
     tags: tuple[str, ...] = ()
     owner: str = "user"
     memory_at: datetime | None = None
+    created_at: datetime | None = None  # when it was first written (not shown; orders undated ones)
 
 
-# More candidates for the given query texts (two-phase writers: extract, then retrieve, then reconcile).
-# Candidates already shown keep their local id; new ones get the next free ids.
-CandidateSearch = Callable[[list[str]], Awaitable[tuple[Candidate, ...]]]
+@dataclass(frozen=True)
+class CandidateQuery:
+    """How a protocol picks the existing memories it shows for the texts it extracted: the
+    `per_text` most similar to each text, those at least `min_score` similar (cosine), and of the
+    union at most `total`, the most similar first. Kept in the order they were found."""
+
+    per_text: int = 10
+    min_score: float | None = None
+    total: int | None = None
+
+
+def select_candidates(found: Sequence[Sequence[tuple[K, float]]], query: CandidateQuery) -> list[K]:
+    """The keys `query` keeps of each text's ranked (key, similarity) hits, in the order first found."""
+    best: dict[K, float] = {}
+    for hits in found:
+        for key, score in list(hits)[: query.per_text]:
+            if query.min_score is not None and score < query.min_score:
+                continue
+            best[key] = max(best.get(key, score), score)
+    if query.total is None or len(best) <= query.total:
+        return list(best)
+    kept = set(sorted(best, key=lambda k: -best[k])[: query.total])  # sorted() is stable: ties keep order
+    return [key for key in best if key in kept]
+
+
+# More candidates for the given query texts (two-phase writers: extract, then retrieve, then reconcile),
+# picked as the query says. Candidates already shown keep their local id; new ones get the next free ids.
+# No query: the deployment's `MEMSTORE_CANDIDATE_LIMIT` per text, no floor, no cap.
+CandidateSearch = Callable[[list[str], "CandidateQuery | None"], Awaitable[tuple[Candidate, ...]]]
 
 
 @dataclass(frozen=True)
@@ -79,12 +108,14 @@ class WriteRequest:
     run_id: str | None = None
     search: CandidateSearch | None = field(default=None, compare=False, repr=False)
 
-    async def related(self, queries: list[str]) -> tuple[Candidate, ...]:
-        """The candidates shown up front plus those `search` finds for `queries`, by local id."""
+    async def related(self, queries: list[str], query: CandidateQuery | None = None) -> tuple[Candidate, ...]:
+        """The memories `search` finds for `queries` as `query` picks them, in the order found, then
+        any candidates shown up front that it did not find."""
         if self.search is None:
             return self.candidates
-        found = await self.search(queries)
-        return tuple(sorted(set(self.candidates) | set(found), key=lambda c: c.local_id))
+        found = await self.search(queries, query)
+        seen = {c.local_id for c in found}
+        return (*found, *(c for c in self.candidates if c.local_id not in seen))
 
 
 @dataclass(frozen=True)
@@ -223,7 +254,7 @@ class Writer(Protocol):
 
     name: str  # the configured name ("default", "hy-memory-prod" ...)
     model: str | None  # the model behind it, if any
-    profile: str | None  # the protocol spoken to the model (hy-memory, mem0, simple, memos), if any
+    profile: str | None  # the protocol spoken to the model (hy-memory, mem0, mem0-v3, memos, simple), if any
     # How many earlier messages of the scope it wants as context; None: MEMSTORE_CONTEXT_MESSAGES.
     context_messages: int | None
     # Whether to be shown memories related to the whole chunk up front (False: it calls `search` itself).

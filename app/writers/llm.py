@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,26 @@ class LLMWriterSpec:
     timeout_s: float = 30.0
     max_retries: int = 2
     max_concurrency: int = 64
-    max_tokens: int = 4096
+    max_tokens: int = 8192
     response_format: ResponseFormat = "auto"
     extra_body: dict[str, Any] = field(default_factory=dict)
     prompts_dir: Path | None = None
     context_messages: int | None = None  # None: what the profile's protocol shows
+
+
+# Request fields a model family needs whatever protocol it is spoken to: Hy-Memory reasons before it
+# answers unless told not to, and the reasoning eats the output budget (its framework says so too).
+MODEL_FAMILIES: tuple[tuple[re.Pattern[str], dict[str, Any]], ...] = (
+    (
+        re.compile(r"hy[-_ ]?memory|hunyuan|\bhy3\b", re.IGNORECASE),
+        {"chat_template_kwargs": {"reasoning_effort": "no_think"}},
+    ),
+)
+
+
+def model_extra_body(model: str) -> dict[str, Any]:
+    """The request fields the model's family needs (empty for any other model)."""
+    return next((dict(extra) for pattern, extra in MODEL_FAMILIES if pattern.search(model)), {})
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -42,7 +58,8 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 class LLMWriter:
     """Runs its profile against the model for each chunk; usage, prompt hash and raw output go on the
-    changeset. Unparseable output gets one repair request, then fails the attempt (see `ModelSession`);
+    changeset. A cut-off answer is asked again with a larger budget, then its complete items kept;
+    unparseable output gets one repair request, then fails the attempt (see `ModelSession`);
     text no Postgres column can hold is taken out of the ops (`storable_ops`). A failure carries the
     usage of the calls made (`WriterError.usage`)."""
 
@@ -66,7 +83,7 @@ class LLMWriter:
                 max_retries=spec.max_retries,
                 max_concurrency=spec.max_concurrency,
                 response_format=spec.response_format,
-                extra_body=_merge(self.profile_impl.extra_body, spec.extra_body),
+                extra_body=_merge(model_extra_body(spec.model), spec.extra_body),
             ),
             writer=name,
         )

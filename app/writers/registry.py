@@ -9,7 +9,7 @@ Writers come from four places: `offline` and `verbatim` (always there); `openai`
 `MEMSTORE_WRITER_*` settings describe; named writers in the TOML file `MEMSTORE_WRITERS_FILE`:
 
     [writers.hy-prod]
-    profile = "hy-memory"              # hy-memory | mem0 | simple | memos
+    profile = "hy-memory"              # hy-memory | mem0 | mem0-v3 | memos | simple
     base_url = "http://vllm:8000/v1"
     model = "hy-memory"
     api_key_env = "HY_MEMORY_KEY"      # the key is read from this variable, never from the file

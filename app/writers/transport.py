@@ -5,13 +5,16 @@ in flight and retries with jittered backoff (`app.lib.http`, shared with the emb
 structured output where the server supports it. The tokens of every answer are counted here
 (`memstore_writer_tokens_total`), whether or not its chunk is then applied.
 
-Structured output in `auto` mode goes down a ladder, one rung per refusal: the JSON schema as
-`json_schema` (OpenAI, vLLM, recent llama.cpp), the schema inside `json_object` (how llama.cpp and
-llama-cpp-python take one), plain `json_object`, then nothing but the prompt. Only an error that is
-about the `response_format` itself moves the writer down, for good in this process, and the request is
-sent again at once in the next form; any other refusal (the prompt is too long, a bad parameter)
-fails that call alone and the next call asks for the schema again. Concurrent calls refused at once
-move the writer down one rung, not one each.
+Each call names the `response_format` its protocol uses (its *form*): nothing, `json_object`, or a
+JSON schema. With the writer's setting `auto`, that form is sent, and a server that refuses a form
+moves the writer one rung down the ladder `json_schema` -> the schema inside `json_object` (how
+llama.cpp and llama-cpp-python take one) -> plain `json_object` -> nothing, for good in this process;
+the request is sent again at once in the next form. Only an error that is about the `response_format`
+itself moves the writer down; any other refusal fails that call alone. Concurrent calls refused at
+once move the writer down one rung, not one each. Any other setting sends that form on every call.
+
+A request longer than the served context allows (prompt + max_tokens) is refused by vLLM and OpenAI
+with the numbers in the error; it is sent again at once with max_tokens clamped to what fits.
 """
 
 from __future__ import annotations
@@ -44,6 +47,25 @@ AUTO_FALLBACK: dict[Structure, Structure] = {
     "json_object_schema": "json_object",
     "json_object": "none",
 }
+_LADDER: tuple[Structure, ...] = ("json_schema", "json_object_schema", "json_object", "none")
+# A request whose prompt and max_tokens exceed the served context, as vLLM and OpenAI word it.
+CONTEXT_LIMIT = re.compile(r"maximum context length is (\d+)", re.IGNORECASE)
+PROMPT_TOKENS = re.compile(r"(\d+) (?:tokens )?in the messages|has (\d+) input tokens", re.IGNORECASE)
+
+
+def _weaker(a: Structure, b: Structure) -> Structure:
+    """The form lower on the ladder (the one that asks less of the server)."""
+    return a if _LADDER.index(a) >= _LADDER.index(b) else b
+
+
+def _fitting_max_tokens(error: str) -> int | None:
+    """From a context-length refusal, the largest max_tokens that fits; None if it names no numbers."""
+    limit, prompt = CONTEXT_LIMIT.search(error), PROMPT_TOKENS.search(error)
+    if limit is None or prompt is None:
+        return None
+    return int(limit.group(1)) - int(prompt.group(1) or prompt.group(2))
+
+
 # How servers say that they cannot do the `response_format` asked for. Matched against the error body;
 # each pattern names the format, so an error that only echoes the request (a validation error that
 # quotes the body) or is about something else (the context length) does not match.
@@ -116,6 +138,7 @@ class ChatTransport:
             msg = f"writer {self.writer!r}: response_format must be one of {allowed}, not {mode!r}"
             raise ValueError(msg)
         self.auto = mode == "auto"
+        # Under `auto`, the strongest form this server has not refused; otherwise the one configured.
         self.structure: Structure = "json_schema" if mode == "auto" else mode
 
     @property
@@ -159,11 +182,13 @@ class ChatTransport:
                 metrics.WRITER_TOKENS.labels(self.writer, self.config.model, kind).inc(count)
 
     def _fall_back(self, refused: Structure, detail: str) -> None:
-        """The server refused `refused` for what it is: use the next form from now on. A call that
-        sent an older form than the current one (refused concurrently) does not move it again."""
-        if self.structure != refused:
+        """The server refused `refused` for what it is: nothing stronger than the next form is sent
+        from now on. A call refused concurrently with another that already moved it lower does not
+        move it again."""
+        lower = _weaker(self.structure, AUTO_FALLBACK[refused])
+        if lower == self.structure:
             return
-        self.structure = AUTO_FALLBACK[refused]
+        self.structure = lower
         log.warning(
             "writer.response_format_refused",
             writer=self.writer,
@@ -172,21 +197,24 @@ class ChatTransport:
             detail=detail,
         )
 
-    async def complete(
+    async def complete(  # noqa: PLR0915 (one retry loop: each way a request can end is a branch)
         self,
         messages: list[dict[str, str]],
         *,
         max_tokens: int,
+        form: Structure = "json_schema",
         schema: dict[str, Any] | None = None,
         schema_name: str = "memory_ops",
     ) -> Completion:
-        """The model's answer to `messages`; raises `TransportError` once retries are spent."""
+        """The model's answer to `messages`, asked in `form` (the protocol's response_format; the
+        writer's setting overrides it unless `auto`); raises `TransportError` once retries are spent."""
         started = time.perf_counter()
         attempt = 0
+        clamped = False
         async with self.endpoint.slot():
             while True:
                 attempt += 1
-                structure = self.structure
+                structure = _weaker(form, self.structure) if self.auto else self.structure
                 body = self._body(messages, max_tokens, structure, schema, schema_name)
                 outcome, retry_after, detail = "ok", None, ""
                 try:
@@ -215,6 +243,16 @@ class ChatTransport:
                             "set the writer's response_format to auto or to a form it supports"
                         )
                         raise TransportError(msg)
+                    fitting = _fitting_max_tokens(answer.text) if status == 400 and not clamped else None
+                    if fitting is not None and 0 < fitting < max_tokens:
+                        # Not an attempt at the answer: the same request with a budget that fits.
+                        metrics.WRITER_REQUESTS.labels(self.writer, "context_clamped").inc()
+                        log.info(
+                            "writer.max_tokens_clamped", writer=self.writer, asked=max_tokens, now=fitting
+                        )
+                        max_tokens, clamped = fitting, True
+                        attempt -= 1
+                        continue
                     outcome = "http_429" if status == 429 else f"http_{status // 100}xx"
                     if status not in RETRY_STATUSES:
                         metrics.WRITER_REQUESTS.labels(self.writer, outcome).inc()

@@ -30,6 +30,10 @@ from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer
 
 MODEL_URL = os.environ.get("MEMSTORE_REAL_MODEL_URL", "")
+# How the writers ask for JSON. A 135M model cannot follow a protocol's prompt alone, so by default it
+# is held to each call's schema by llama.cpp's grammar (the schema inside json_object); `auto` sends
+# what each profile's reference sends (Hy-Memory and MemOS nothing, Mem0 json_object).
+RESPONSE_FORMAT = os.environ.get("MEMSTORE_REAL_MODEL_RESPONSE_FORMAT", "json_object_schema")
 OUT_DIR = Path(os.environ.get("MEMSTORE_REAL_MODEL_OUT", ".real-model/out"))
 
 # Not collected without a model server: `make test` must not try to reach one.
@@ -105,8 +109,8 @@ async def model_proxy() -> AsyncIterator[RecordingProxy]:
 
 @pytest.fixture
 def writers_file(tmp_path: Path, model_proxy: RecordingProxy) -> Path:
-    """One named writer per profile, all pointed (through the proxy) at the real model. No
-    `response_format` key: each writer runs with the default, `auto`."""
+    """One named writer per profile, all pointed (through the proxy) at the real model, asking for
+    JSON as RESPONSE_FORMAT says."""
     from app.writers.profiles import PROFILES
 
     request_timeout = float(os.environ.get("MEMSTORE_REAL_MODEL_REQUEST_TIMEOUT_S", "180"))
@@ -115,6 +119,7 @@ def writers_file(tmp_path: Path, model_proxy: RecordingProxy) -> Path:
         "\n".join(
             f'[writers.real-{profile}]\nprofile = "{profile}"\nbase_url = "{model_proxy.base_url}"\n'
             f'model = "hy-memory"\ntimeout_s = {request_timeout}\nmax_retries = 1\nmax_concurrency = 1\n'
+            f'response_format = "{RESPONSE_FORMAT}"\n'
             for profile in sorted(PROFILES)
         )
     )

@@ -19,8 +19,10 @@ benchmark changes its latency, reads the counts by caller and queues scripted re
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import contextlib
+import functools
 import json
 import re
 import threading
@@ -54,8 +56,115 @@ class Reply:
 Responder = Callable[[dict[str, Any]], Reply]
 
 
-def _user_lines(text: str) -> list[str]:
-    """The user's lines of a rendered conversation ("[date] user (name): text" per line)."""
+@dataclass
+class Call:
+    """What a request of one of the writer protocols asks, read back from its messages: the protocol
+    and step, what the user said in the new messages, and the memories or facts it shows."""
+
+    # hy-memory.extract, hy-memory.reconcile, mem0.extract, mem0.update, mem0-v3.extract (Mem0 2.x's own
+    # requests too, bench/vs_mem0), memos.extract, simple.extract, or unknown
+    protocol: str
+    said: list[str] = field(default_factory=list)  # the user's messages, in order
+    existing: list[dict[str, Any]] = field(default_factory=list)  # memories shown (ids as shown)
+    new: list[dict[str, Any]] = field(default_factory=list)  # hy-memory reconcile: the new memories
+    facts: list[str] = field(default_factory=list)  # mem0 update: the new facts
+    user: str = ""  # the prompt's user message
+
+
+@functools.cache
+def _reference_texts() -> dict[str, str]:
+    """The reference texts the profiles send, to know a request by (read from the installed
+    reference packages, as the profiles read them)."""
+    from app.writers.profiles import get_profile
+
+    texts: dict[str, str] = {}
+    for name in ("hy-memory", "mem0", "mem0-v3", "memos"):
+        texts |= {f"{name}:{key}": value for key, value in get_profile(name).prompts.texts.items()}
+    return texts
+
+
+def _json_arrays(text: str) -> list[Any]:
+    """Every JSON array that starts a line of `text`, in order."""
+    found = []
+    for match in re.finditer(r"(?m)^\[", text):
+        with contextlib.suppress(json.JSONDecodeError):
+            found.append(json.JSONDecoder().raw_decode(text[match.start() :])[0])
+    return found
+
+
+def _role_lines(text: str, role: str = "user") -> list[str]:
+    """The `role: content` lines of a rendered conversation (`role: [time]: content` for MemOS)."""
+    found = []
+    for line in text.splitlines():
+        match = re.match(rf"^{role}: (?:\[[^\]]*\]: )?(.*)$", line)
+        if match and match.group(1).strip():
+            found.append(match.group(1).strip())
+    return found
+
+
+def _python_lists(text: str) -> list[Any]:
+    """The Python-literal lists Mem0's update prompt shows between ``` fences."""
+    found = []
+    for block in re.findall(r"```\s*(\[.*?\])\s*```", text, flags=re.DOTALL):
+        with contextlib.suppress(ValueError, SyntaxError):
+            found.append(ast.literal_eval(block))
+    return found
+
+
+def read_call(body: dict[str, Any]) -> Call:
+    """Which protocol and step `body` is, and what it shows."""
+    messages = body["messages"]
+    system = messages[0]["content"] if messages[0]["role"] == "system" else ""
+    # the prompt's user turn (a repair request repeats it and appends the complaint)
+    user = next(m["content"] for m in messages if m["role"] == "user")
+    texts = _reference_texts()
+    if system and system in (
+        texts["hy-memory:EXTRACT_SYSTEM_PROMPT"],
+        texts["hy-memory:EXTRACT_SYSTEM_PROMPT_ZH"],
+    ):
+        new = next((a for a in _json_arrays(user) if a and all("role" in m for m in a)), [])
+        said = [m["content"] for m in new if m["role"] == "user"]
+        return Call("hy-memory.extract", said=said, user=user)
+    if any(
+        user.startswith(texts[f"hy-memory:{k}"][:40]) for k in ("RECONCILE_PROMPT", "RECONCILE_PROMPT_ZH")
+    ):
+        blocks = [
+            a for a in _json_arrays(user) if a and all(isinstance(m, dict) and "content" in m for m in a)
+        ]
+        existing = [m for a in blocks for m in a if "memory_id" in m]
+        new = [m for a in blocks for m in a if "memory_id" not in m]
+        return Call("hy-memory.reconcile", existing=existing, new=new, user=user)
+    mem0_slot = "{datetime.now().strftime('%Y-%m-%d')}"
+    if system and any(
+        system.startswith(texts[f"mem0:{k}"].split(mem0_slot)[0])
+        for k in ("USER_MEMORY_EXTRACTION_PROMPT", "AGENT_MEMORY_EXTRACTION_PROMPT")
+    ):
+        return Call("mem0.extract", said=_role_lines(user.removeprefix("Input:\n")), user=user)
+    if not system and user.startswith(texts["mem0:DEFAULT_UPDATE_MEMORY_PROMPT"]):
+        lists = _python_lists(user[len(texts["mem0:DEFAULT_UPDATE_MEMORY_PROMPT"]) :])
+        existing = lists[0] if len(lists) == 2 else []
+        return Call("mem0.update", existing=existing, facts=lists[-1] if lists else [], user=user)
+    if system == texts["mem0-v3:ADDITIVE_EXTRACTION_PROMPT"]:
+        new = user.split("## New Messages", 1)[-1].split("## Observation Date", 1)[0]
+        return Call(
+            "mem0-v3.extract",
+            said=_role_lines(new),
+            existing=json_after(user, "## Existing Memories"),
+            user=user,
+        )
+    if any(
+        user.startswith(texts[f"memos:{k}"][:60])
+        for k in ("SIMPLE_STRUCT_MEM_READER_PROMPT", "SIMPLE_STRUCT_MEM_READER_PROMPT_ZH")
+    ):
+        conversation = re.split("\n(?:Conversation:|对话\uff1a)\n", user)[-1]
+        return Call("memos.extract", said=_role_lines(conversation), user=user)
+    if '{"memories"' in system:
+        return Call("simple.extract", said=_simple_lines(user), user=user)
+    return Call("unknown", user=user)
+
+
+def _simple_lines(text: str) -> list[str]:
+    """The user's lines of the `simple` protocol ("[date] user (name): text" per line)."""
     found = []
     for line in text.splitlines():
         match = re.match(r"^(?:\[[^\]]*\] )?user(?: \([^)]*\))?: (.*)$", line)
@@ -73,64 +182,51 @@ def json_after(text: str, heading: str) -> Any:
 
 
 def protocol_responder(body: dict[str, Any]) -> Reply:
-    """Answer as a cooperative memory model of the protocol the prompt asks for: remember what the
+    """Answer as a cooperative memory model of the protocol the request speaks: remember what the
     user said, add what is new, change nothing else."""
-    system = body["messages"][0]["content"]
-    # the prompt's user turn (a repair request repeats it and appends the complaint)
-    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    if "Memory Extractor" in system:  # Mem0 OSS 2.x: one additive extraction, ADD only
-        return _mem0_additive(user)
-    if '"event"' in system:  # mem0 update: new facts get the ids after the shown ones
-        shown = json_after(user, "Current memories:")
-        existing = {m["text"] for m in shown}
-        first_new = 1 + max(int(m["id"]) for m in shown)
-        facts = json_after(user, "Newly retrieved facts:")
+    call = read_call(body)
+    said = [f"The user said: {s}" for s in call.said]
+    # Hy-Memory writes its JSON in a ```json fence, unless a grammar holds it to the JSON alone.
+    fence = "schema" not in json.dumps(body.get("response_format") or {})
+    if call.protocol == "hy-memory.extract":
+        memory = [{"content": s, "tags": ["said"], "owner": "user"} for s in said]
+        answer = json.dumps({"memory": memory, "intentions": [], "basic_info": {}})
+        return Reply(content=f"```json\n{answer}\n```" if fence else answer)
+    if call.protocol == "hy-memory.reconcile":
+        known = {m["content"] for m in call.existing}
+        ops = [
+            {"op": "ADD", "content": m["content"], "owner": m["owner"], "tags": m["tags"]}
+            for m in call.new
+            if m["content"] not in known
+        ]
+        return Reply(content=f"```json\n{json.dumps(ops)}\n```" if fence else json.dumps(ops))
+    if call.protocol == "mem0.extract":
+        return Reply.json({"facts": call.said})
+    if call.protocol == "mem0.update":  # new facts get the ids after the shown ones
+        known = {m["text"] for m in call.existing}
+        first_new = 1 + max((int(m["id"]) for m in call.existing), default=-1)
         events = [
             {"id": str(first_new + i), "text": f, "event": "ADD"}
-            for i, f in enumerate(facts)
-            if f not in existing
+            for i, f in enumerate(call.facts)
+            if f not in known
         ]
         return Reply.json({"memory": events})
-    if '"op"' in system:  # hy-memory reconcile
-        existing = {m["content"] for m in json_after(user, "EXISTING MEMORIES:")}
-        new = json_after(user, "NEW MEMORIES:")
-        return Reply.json([{"op": "ADD", **m} for m in new if m["content"] not in existing])
-    if '"memory list"' in system:  # memos: the new messages only, not the earlier ones
-        said = _user_lines(user.split("NEW MESSAGES:", 1)[-1])
+    if call.protocol == "mem0-v3.extract":
+        # what the user said in the new messages, less what the existing memories shown already say
+        known = {m["text"] for m in call.existing}
+        fresh = [s for s in call.said if s not in known]
+        return Reply.json(
+            {"memory": [{"id": str(i), "text": s, "attributed_to": "user"} for i, s in enumerate(fresh)]}
+        )
+    if call.protocol == "memos.extract":
         items = [
-            {
-                "key": f"Said {i + 1}",
-                "memory_type": "UserMemory",
-                "value": f"The user said: {s}",
-                "tags": ["said"],
-            }
+            {"key": f"Said {i + 1}", "memory_type": "UserMemory", "value": s, "tags": ["said"]}
             for i, s in enumerate(said)
         ]
         return Reply.json({"memory list": items, "summary": " ".join(item["value"] for item in items)})
-    said = _user_lines(user)
-    if '{"facts"' in system:  # mem0 extract
-        return Reply.json({"facts": said})
-    if '{"memories"' in system:  # simple
-        return Reply.json({"memories": [f"The user said: {s}" for s in said]})
-    # hy-memory extract: the new messages only, not the earlier ones shown for context
-    new = user.split("NEW MESSAGES:", 1)[-1]
-    return Reply.json(
-        {
-            "memory": [
-                {"content": f"The user said: {s}", "tags": ["said"], "owner": "user"}
-                for s in _user_lines(new)
-            ]
-        }
-    )
-
-
-def _mem0_additive(user: str) -> Reply:
-    """Mem0 OSS 2.x's additive extraction: what the user said in the new messages, less what the
-    existing memories shown already say (the decisions the `mem0` profile's two calls reach)."""
-    new = user.split("## New Messages", 1)[-1].split("## Observation Date", 1)[0]
-    existing = {m["text"] for m in json_after(user, "## Existing Memories")}
-    said = [s for s in _user_lines(new) if s not in existing]
-    return Reply.json({"memory": [{"id": str(i), "text": s} for i, s in enumerate(said)]})
+    if call.protocol == "simple.extract":
+        return Reply.json({"memories": said})
+    return Reply.json({})
 
 
 # llama-cpp-python's answer to a `json_schema` response_format: its request model takes only "text" or

@@ -43,12 +43,14 @@ from app.lib import metrics
 from app.lib.errors import is_db_outage
 from app.writers.base import (
     Candidate,
+    CandidateQuery,
     Message,
     OpKind,
     Writer,
     WriteRequest,
     WriterError,
     WriteResult,
+    select_candidates,
     storable_text,
     strictest,
 )
@@ -622,35 +624,43 @@ async def _build_request(
     candidates: list[Candidate] = []
     by_memory: dict[uuid.UUID, int] = {}
 
-    async def search(session: AsyncSession, queries: list[str]) -> tuple[Candidate, ...]:
-        found: list[Candidate] = []
+    async def search(
+        session: AsyncSession, queries: list[str], query: CandidateQuery | None
+    ) -> tuple[Candidate, ...]:
+        query = query or CandidateQuery(per_text=settings.candidate_limit)
         # The same search clients use (exact over the scope's active memories, vector ranking).
         ranked = await deps.searcher.writer_candidates(
-            session, chunk.tenant_id, chunk.user_id, queries, settings.candidate_limit
+            session, chunk.tenant_id, chunk.user_id, queries, query.per_text
         )
-        for hits in ranked:
-            for memory in hits:
-                if memory.id not in by_memory:
-                    local_id = len(shown)
-                    by_memory[memory.id] = local_id
-                    shown[local_id] = Shown(memory.id, memory.version)
-                    candidates.append(
-                        Candidate(
-                            local_id, memory.content, tuple(memory.tags), memory.owner, memory.memory_at
-                        )
+        hits = {hit.id: hit for found in ranked for hit in found}
+        picked = select_candidates([[(hit.id, hit.score) for hit in found] for found in ranked], query)
+        for memory_id in picked:  # only what is shown gets a local id (the unknown-id guard relies on it)
+            if memory_id not in by_memory:
+                memory = hits[memory_id]
+                local_id = len(shown)
+                by_memory[memory_id] = local_id
+                shown[local_id] = Shown(memory.id, memory.version)
+                candidates.append(
+                    Candidate(
+                        local_id,
+                        memory.content,
+                        tuple(memory.tags),
+                        memory.owner,
+                        memory.memory_at,
+                        memory.created_at,
                     )
-                found.append(candidates[by_memory[memory.id]])
-        return tuple(dict.fromkeys(found))
+                )
+        return tuple(candidates[by_memory[memory_id]] for memory_id in picked)
 
-    async def find(queries: list[str]) -> tuple[Candidate, ...]:
+    async def find(queries: list[str], query: CandidateQuery | None) -> tuple[Candidate, ...]:
         """More candidates, for writers that search after extracting; local ids stay stable."""
         async with AsyncSession(deps.reads, expire_on_commit=False) as search_session:
-            return await search(search_session, queries)
+            return await search(search_session, queries, query)
 
     user_text = "\n".join(m.content for m in messages if m.role == "user") or "\n".join(
         m.content for m in messages
     )
-    initial = await search(session, [user_text]) if initial_candidates else ()
+    initial = await search(session, [user_text], None) if initial_candidates else ()
     request = WriteRequest(
         user_id=chunk.user_id,
         agent_id=chunk.agent_id,

@@ -1,28 +1,36 @@
-"""The quickstart protocol: one call for explicit user facts and preferences, `{"memories": [...]}`.
+"""The quickstart protocol, Memstore's own: one call for explicit user facts and preferences,
+`{"memories": [...]}`, asked for with its JSON schema (small models need it).
 
-It never changes existing memories; repeats are caught by the near-duplicate guard at apply.
+No model was trained on it; it is the protocol to run a small general model with. It never changes
+existing memories; repeats are caught by the near-duplicate guard at apply.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from app.writers.base import Op, OpKind, WriteRequest
-from app.writers.profiles.base import (
-    ModelSession,
-    ProfileResult,
-    PromptSet,
-    expect_list,
-    format_date,
-    format_messages,
-)
+from app.writers.base import Message, Op, OpKind, WriteRequest
+from app.writers.profiles.base import ModelSession, ProfileResult, PromptSet, expect_list
 
 MEMORIES_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"memories": {"type": "array", "items": {"type": "string"}}},
     "required": ["memories"],
 }
+
+
+def format_messages(messages: Sequence[Message]) -> str:
+    """`[YYYY-MM-DD HH:MM] role (name): content` lines."""
+    if not messages:
+        return "(none)"
+    lines = []
+    for m in messages:
+        when = f"[{m.created_at:%Y-%m-%d %H:%M}] " if m.created_at else ""
+        who = f"{m.role} ({m.name})" if m.name else m.role
+        lines.append(f"{when}{who}: {m.content}")
+    return "\n".join(lines)
 
 
 def parse_memories(value: Any) -> list[str]:
@@ -32,19 +40,31 @@ def parse_memories(value: Any) -> list[str]:
 class SimpleProfile:
     name = "simple"
     context_messages = 0
-    extra_body: dict[str, Any] = {}
 
     def __init__(self, prompts_dir: Path | None = None) -> None:
-        self.prompts = PromptSet(self.name, ["extract", "extract_user"], prompts_dir)
+        self.prompts = PromptSet.from_files(self.name, ["extract", "extract_user"], prompts_dir)
 
     async def write(self, request: WriteRequest, model: ModelSession) -> ProfileResult:
         memories = await model.ask(
             "extract",
-            self.prompts.render("extract", current_date=format_date(request.memory_at)),
-            self.prompts.render("extract_user", messages=format_messages(request.messages)),
+            [
+                {
+                    "role": "system",
+                    "content": self.prompts.render(
+                        "extract", current_date=request.memory_at.strftime("%Y-%m-%d")
+                    ),
+                },
+                {
+                    "role": "user",
+                    "content": self.prompts.render(
+                        "extract_user", messages=format_messages(request.messages)
+                    ),
+                },
+            ],
             parse=parse_memories,
-            schema=MEMORIES_SCHEMA,
             max_tokens=256 + 64 * len(request.messages),
+            form="json_schema",
+            schema=MEMORIES_SCHEMA,
         )
         if not memories:
             return ProfileResult([Op(OpKind.NOOP, reason="no facts")])

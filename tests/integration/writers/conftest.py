@@ -14,7 +14,7 @@ from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer
 from tests.support.fake_llm import FakeLLM
 
-PROFILES = {"hy": "hy-memory", "mem0": "mem0", "simple": "simple", "memos": "memos"}
+PROFILES = {"hy": "hy-memory", "mem0": "mem0", "mem0v3": "mem0-v3", "simple": "simple", "memos": "memos"}
 
 
 @pytest.fixture

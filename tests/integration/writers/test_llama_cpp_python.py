@@ -22,8 +22,10 @@ from tests.support.fake_llm import FakeLLM, LlamaCppPython
 from tests.support.workers import running_worker, wait_for_chunks
 
 Client = AsyncTestClient[Litestar]
-# Writers of the simple profile with a fixed response_format, besides one writer per profile.
+# Writers of the simple profile with a fixed response_format, besides one writer per profile with the
+# default (`auto`), and one per profile held to its schema as llama.cpp takes one (a small model).
 FIXED = {"plain": "json_object", "grammar": "json_object_schema"}
+HELD = {f"{name}-held": profile for name, profile in PROFILES.items()}
 
 
 @pytest.fixture
@@ -34,6 +36,10 @@ def writers_file(tmp_path: Path, fake_llm: FakeLLM) -> Path:
     tables += [
         f'[writers.{name}]\nprofile = "simple"\nresponse_format = "{form}"\n{common}'
         for name, form in FIXED.items()
+    ]
+    tables += [
+        f'[writers.{name}]\nprofile = "{profile}"\nresponse_format = "json_object_schema"\n{common}'
+        for name, profile in HELD.items()
     ]
     path.write_text("\n".join(tables))
     return path
@@ -50,7 +56,7 @@ async def post(api: Client, headers: dict[str, str], user: str, writer: str, tex
     return str(response.json()["chunk_id"])
 
 
-async def test_with_the_default_response_format_every_profile_gets_every_chunk_applied(
+async def test_each_profile_asks_as_its_reference_and_a_small_model_needs_its_schema(
     api: Client,
     ingest_headers: dict[str, str],
     tenant: TenantKeys,
@@ -61,34 +67,39 @@ async def test_with_the_default_response_format_every_profile_gets_every_chunk_a
     server = LlamaCppPython()
     fake_llm.responder = server
     second: dict[str, str] = {}
-    for writer in PROFILES:
+    for writer in [*PROFILES, *HELD]:
         await post(api, ingest_headers, f"u-{writer}", writer, "I live in Lyon.", 1)
         second[writer] = await post(api, ingest_headers, f"u-{writer}", writer, "I also live in Lyon now.", 2)
     async with running_worker(llm_settings):
-        counts = await wait_for_chunks(sessionmaker, tenant.tenant_id, 2 * len(PROFILES))
-    assert counts == {"applied": 2 * len(PROFILES)}
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 2 * (len(PROFILES) + len(HELD)))
 
-    # Each writer (its own endpoint) is refused once, then sends the schema inside json_object, which
-    # the server enforces; every answer conformed to the schema of its call.
-    assert server.refused == len(PROFILES)
-    assert server.violations == []
-    assert server.enforced == len(fake_llm.requests) - len(PROFILES)
-    sent = [body["response_format"] for body in fake_llm.requests]
-    assert sum(form["type"] == "json_schema" for form in sent) == len(PROFILES)
-    assert all(set(form) == {"type", "schema"} for form in sent if form["type"] == "json_object")
     async with sessionmaker() as session:
-        attempts = (await session.execute(select(Chunk.attempts))).scalars().all()
-        assert set(attempts) == {1}  # the refusal cost no attempt
+        statuses = dict(
+            (await session.execute(select(Chunk.user_id, Chunk.status).where(Chunk.seq == 2))).all()
+        )
         steps: dict[str, list[Any]] = {}
         for writer, chunk_id in second.items():
             chunk = await session.get(Chunk, uuid.UUID(chunk_id))
             assert chunk is not None
-            changeset = await session.get(Changeset, chunk.changeset_id)
-            assert changeset is not None
-            steps[writer] = [step["step"] for step in json.loads(changeset.raw_output or "[]")]
-    # The two-step profiles made their second call, under its own schema, too.
-    assert steps["hy"] == ["extract", "reconcile"]
-    assert steps["mem0"] == ["extract", "update"]
+            changeset = await session.get(Changeset, chunk.changeset_id) if chunk.changeset_id else None
+            steps[writer] = [s["step"] for s in json.loads(changeset.raw_output or "[]")] if changeset else []
+    # Held to its schema (the schema inside json_object, enforced by the server's grammar), every
+    # profile gets every chunk applied, and every answer conformed to the schema of its call.
+    assert {statuses[f"u-{w}"] for w in HELD} == {"applied"}
+    assert server.violations == []
+    assert steps["hy-held"] == ["extract", "reconcile"]
+    assert steps["mem0-held"] == ["extract", "update"]
+    # By default each profile asks in its reference's form: Memstore's own `simple` its schema (refused
+    # once as json_schema by this server, then sent inside json_object), Mem0 any JSON, Hy-Memory and
+    # MemOS nothing; a small model left to itself answers in its own shape, which no repair fixes.
+    assert statuses["u-simple"] == "applied"
+    assert server.refused == 1
+    assert {statuses[f"u-{w}"] for w in ("hy", "mem0", "mem0v3")} == {"failed"}
+    assert statuses["u-memos"] == "applied"  # an answer without "memory list" is no memory to MemOS
+    assert steps["memos"] == ["extract"]
+    async with sessionmaker() as session:
+        attempts = dict((await session.execute(select(Chunk.user_id, Chunk.attempts))).all())
+    assert attempts["u-simple"] == 1  # the refusal cost no attempt
 
 
 async def test_json_object_schema_sends_the_schema_inside_json_object_and_json_object_sends_none(

@@ -96,22 +96,22 @@ async def test_hy_memory_extracts_then_reconciles_with_supersede(
         assert body["model"] == "hy-memory"
         assert body["temperature"] == 0
         assert body["chat_template_kwargs"] == {"reasoning_effort": "no_think"}
-        assert body["response_format"]["type"] == "json_schema"
+        assert "response_format" not in body  # the framework asks for a ```json fence, by prompt
     extract, reconcile = fake_llm.requests[1], fake_llm.requests[2]
-    assert "I moved to Seattle last month." in extract["messages"][1]["content"]
-    assert "I live in Lyon." in extract["messages"][1]["content"]  # earlier messages, for coreference
-    assert "Memory date (when the conversation happened): 2026-11-20" in extract["messages"][0]["content"]
+    assert [m["role"] for m in extract["messages"]] == ["system", "user"]
+    prompt = extract["messages"][1]["content"]
+    # the new messages as the framework hands them over, a JSON array; the earlier ones as its history
+    assert '[{"role": "user", "content": "I moved to Seattle last month."}, ' in prompt
+    assert "[user]: I live in Lyon.\n[assistant]: Noted." in prompt
+    assert "## Memory Date\n\n2026-11-20\n" in prompt
+    assert extract["max_tokens"] == 2000
+    # reconcile: one user message after an empty system message, existing memories before new ones
+    assert reconcile["messages"][0] == {"role": "system", "content": ""}
     shown = reconcile["messages"][1]["content"]
-    assert '"memory_id": "0"' in shown
-    # The schema of that call requires the ids, and allows only the one shown.
-    branches = reconcile["response_format"]["json_schema"]["schema"]["items"]["anyOf"]
-    by_op = {branch["properties"]["op"]["enum"][0]: branch for branch in branches}
-    assert by_op["UPDATE"]["properties"]["memory_id"]["enum"] == ["0"]
-    assert "memory_id" in by_op["UPDATE"]["required"]
-    assert by_op["SUPERSEDE"]["properties"]["memory_ids"]["items"]["enum"] == ["0"]
-    assert "memory_ids" in by_op["SUPERSEDE"]["required"]
-    assert "The user lives in Lyon." in shown
-    assert reconcile["max_tokens"] > extract["max_tokens"] or reconcile["max_tokens"] >= 256
+    assert shown.index("## Existing memories") < shown.index("## New memories")
+    assert '"memory_id": "0",\n    "content": "The user lives in Lyon."' in shown
+    assert '"memory_at": "2026-11-20 10:00"' in shown
+    assert reconcile["max_tokens"] == 2000
 
     changeset = await changeset_of(sessionmaker, second)
     assert (changeset.writer, changeset.model, changeset.profile) == ("hy", "hy-memory", "hy-memory")
@@ -133,6 +133,15 @@ async def test_mem0_events_apply_and_invented_ids_are_ignored(
 ) -> None:
     fake_llm.enqueue(
         Reply.json({"facts": ["Likes jazz", "Works as a nurse"]}),
+        # Mem0 makes the update call with no memory to show too ("Current memory is empty.")
+        Reply.json(
+            {
+                "memory": [
+                    {"id": "0", "text": "Likes jazz", "event": "ADD"},
+                    {"id": "1", "text": "Works as a nurse", "event": "ADD"},
+                ]
+            }
+        ),
         Reply.json({"facts": ["No longer likes jazz", "Has a dog named Rex"]}),
         Reply.json(
             {
@@ -156,13 +165,16 @@ async def test_mem0_events_apply_and_invented_ids_are_ignored(
         "Works as a nurse": "active",
         "Has a dog named Rex": "active",
     }
-    update = fake_llm.requests[2]["messages"][1]["content"]
-    assert '"id": "0"' in update
-    assert '"id": "1"' in update
-    schema = fake_llm.requests[2]["response_format"]["json_schema"]["schema"]
-    add, change = schema["properties"]["memory"]["items"]["anyOf"]
-    assert change["properties"]["id"]["enum"] == ["0", "1"]  # the memories shown
-    assert add["properties"]["id"]["enum"] == ["2", "3"]  # one new id per new fact
+    assert "Current memory is empty." in fake_llm.requests[1]["messages"][0]["content"]
+    update = fake_llm.requests[3]
+    assert [m["role"] for m in update["messages"]] == ["user"]  # Mem0's update is one user message
+    # the memories shown and the new facts as Mem0 writes them in: Python lists
+    assert (
+        "{'id': '0', 'text': 'Likes jazz'}, {'id': '1', 'text': 'Works as a nurse'}"
+        in (update["messages"][0]["content"])
+    )
+    assert "['No longer likes jazz', 'Has a dog named Rex']" in update["messages"][0]["content"]
+    assert update["response_format"] == {"type": "json_object"}
     changeset = await changeset_of(sessionmaker, second)
     assert changeset.profile == "mem0"
     assert [g["guard"] for g in changeset.guards] == ["unknown_id"]
@@ -191,8 +203,9 @@ async def test_simple_profile_adds_and_near_duplicates_become_noops(
         "The user likes green tea.": "active",
         "The user is a pilot.": "active",
     }
-    assert "response_format" in fake_llm.requests[0]
-    assert "chat_template_kwargs" not in fake_llm.requests[0]  # only the hy-memory profile sends it
+    assert fake_llm.requests[0]["response_format"]["type"] == "json_schema"  # Memstore's own protocol
+    # The model is Hy-Memory: its reasoning is turned off whatever protocol it is spoken to.
+    assert fake_llm.requests[0]["chat_template_kwargs"] == {"reasoning_effort": "no_think"}
     changeset = await changeset_of(sessionmaker, second)
     assert [g["guard"] for g in changeset.guards] == ["near_duplicate"]
     assert [op["op"] for op in changeset.ops] == ["NOOP"]
@@ -251,12 +264,15 @@ async def test_memos_memory_list_is_added_with_its_tags_and_repeats_become_noops
     }
 
     extract, later = fake_llm.requests
-    schema = extract["response_format"]["json_schema"]["schema"]
-    assert schema["required"] == ["memory list", "summary"]
-    item = schema["properties"]["memory list"]["items"]
-    assert item["properties"]["memory_type"]["enum"] == ["UserMemory", "LongTermMemory"]
-    assert '"memory list"' in extract["messages"][0]["content"]
-    assert "I live in Lyon" in later["messages"][1]["content"]  # earlier messages, for who and what
+    assert "response_format" not in extract
+    assert [m["role"] for m in extract["messages"]] == ["user"]  # MemOS's reader: one user message
+    assert extract["max_tokens"] == 8000
+    # the conversation as MemOS renders it; a message without a time takes the scene's first
+    assert (
+        "user: [2026-11-01T10:00:00+00:00]: I live in Lyon; Oslo on December 10!\n"
+        "assistant: [2026-11-01T10:00:00+00:00]: Noted.\n" in extract["messages"][0]["content"]
+    )
+    assert "I live in Lyon" not in later["messages"][0]["content"]  # a MemOS add is a scene of its own
 
     changeset = await changeset_of(sessionmaker, first)
     assert (changeset.writer, changeset.profile) == ("memos", "memos")
@@ -303,3 +319,78 @@ async def test_tenant_default_writer_and_the_chunk_field_choose_the_writer(
     assert (await changeset_of(sessionmaker, by_tenant)).writer == "simple"
     assert (await changeset_of(sessionmaker, by_chunk)).writer == "offline"
     assert len(fake_llm.requests) == 1
+
+
+CUT_OFF = (
+    '```json\n[{"op": "SUPERSEDE", "memory_ids": ["0"], "content": "The user lives in Seattle.", '
+    '"owner": "user", "tags": ["home"]}, {"op": "ADD", "content": "The user has a dog named Rex.", '
+    '"owner": "user", "tags": ["Rex"]}, {"op": "ADD", "content": "The user is a pil'
+)
+
+
+async def test_a_reconcile_answer_cut_off_is_asked_again_and_its_complete_ops_applied(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    llm_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    fake_llm: FakeLLM,
+) -> None:
+    """An answer cut off at its budget is asked again once with twice the budget; one that is cut off
+    again keeps its complete ops (never a part of one), and the chunk is applied, not failed."""
+    extracted = [
+        {"content": "The user lives in Seattle.", "tags": ["home"], "owner": "user"},
+        {"content": "The user has a dog named Rex.", "tags": ["Rex"], "owner": "user"},
+        {"content": "The user is a pilot.", "tags": ["work"], "owner": "user"},
+    ]
+    complete = [
+        {"op": "SUPERSEDE", "memory_ids": ["0"], "content": "The user lives in Seattle.", "owner": "user"},
+        {"op": "ADD", "content": "The user has a dog named Rex.", "owner": "user", "tags": ["Rex"]},
+        {"op": "ADD", "content": "The user is a pilot.", "owner": "user", "tags": ["work"]},
+    ]
+    answers = (("eve", Reply(content=CUT_OFF, finish_reason="length")), ("fay", Reply.json(complete)))
+    for done, (user, resent) in enumerate(answers, start=1):
+        fake_llm.enqueue(
+            Reply.json(
+                {"memory": [{"content": "The user lives in Lyon.", "tags": ["home"], "owner": "user"}]}
+            ),
+            Reply.json({"memory": extracted}),
+            Reply(content=CUT_OFF, finish_reason="length"),
+            resent,
+        )
+        await post(api, ingest_headers, user, "I live in Lyon.", 1, writer="hy")
+        await post(api, ingest_headers, user, "Seattle now, with Rex; I fly planes.", 20, writer="hy")
+        async with running_worker(llm_settings):
+            assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 2 * done) == {"applied": 2 * done}
+        resend = fake_llm.requests[-1]
+        assert resend["max_tokens"] == 2 * fake_llm.requests[-2]["max_tokens"] == 4000
+    assert await memories(sessionmaker, tenant.tenant_id, "eve") == {
+        "The user lives in Lyon.": "superseded",
+        "The user lives in Seattle.": "active",
+        "The user has a dog named Rex.": "active",
+    }
+    assert await memories(sessionmaker, tenant.tenant_id, "fay") == {
+        "The user lives in Lyon.": "superseded",
+        "The user lives in Seattle.": "active",
+        "The user has a dog named Rex.": "active",
+        "The user is a pilot.": "active",
+    }
+    async with sessionmaker() as session:
+        changesets = dict(
+            (
+                await session.execute(
+                    select(Chunk.user_id, Changeset)
+                    .join(Changeset, Changeset.id == Chunk.changeset_id)
+                    .where(Chunk.seq == 2)
+                )
+            ).all()
+        )
+    eve, fay = changesets["eve"], changesets["fay"]
+    assert [s["step"] for s in json.loads(eve.raw_output or "[]")] == [
+        "extract",
+        "reconcile",
+        "reconcile.resend",
+    ]
+    assert (eve.usage["resends"], eve.usage["salvaged"]) == (1, 1)
+    assert (fay.usage["resends"], fay.usage["salvaged"]) == (1, 0)
+    assert [op["op"] for op in eve.ops] == ["SUPERSEDE", "ADD"]
