@@ -182,7 +182,8 @@ CLOSEST_ACTIVE = text(
     " CROSS JOIN LATERAL (SELECT memories.id, memories.content, memories.embedding <=> q.v AS distance"
     " FROM memories"
     " WHERE memories.tenant_id = q.tenant_id AND memories.user_id = q.user_id"
-    " AND memories.status = 'active' ORDER BY (memories.embedding <=> q.v) + 0 LIMIT 1) AS m"
+    " AND memories.status = 'active' ORDER BY (memories.embedding <=> q.v) + 0 LIMIT :p_k) AS m"
+    " ORDER BY q.ord, m.distance"
 )
 
 
@@ -282,20 +283,21 @@ class MemoryRepository:
         return {user_id: int(n) for user_id, n in rows}
 
     async def closest_active(
-        self, items: Sequence[tuple[uuid.UUID, str, Sequence[float]]]
-    ) -> list[tuple[uuid.UUID, float, str] | None]:
-        """For each (tenant, user, vector), that scope's most similar active memory, its cosine
-        similarity and its content, or None for an empty scope (one query; see `CLOSEST_ACTIVE`)."""
+        self, items: Sequence[tuple[uuid.UUID, str, Sequence[float]]], k: int = 3
+    ) -> list[list[tuple[uuid.UUID, float, str]]]:
+        """For each (tenant, user, vector), that scope's `k` most similar active memories, nearest
+        first: id, cosine similarity and content (one query; see `CLOSEST_ACTIVE`)."""
         if not items:
             return []
         params = {
             "p_tenant_ids": [tenant_id for tenant_id, _, _ in items],
             "p_user_ids": [user_id for _, user_id, _ in items],
             "p_vectors": [vector_text(vector) for _, _, vector in items],
+            "p_k": k,
         }
-        found: list[tuple[uuid.UUID, float, str] | None] = [None] * len(items)
+        found: list[list[tuple[uuid.UUID, float, str]]] = [[] for _ in items]
         for ord_, memory_id, distance, content in await self.session.execute(CLOSEST_ACTIVE, params):
-            found[ord_ - 1] = (memory_id, 1.0 - float(distance), content)
+            found[ord_ - 1].append((memory_id, 1.0 - float(distance), content))
         return found
 
     async def lock_states(

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from app.domain.memories.polarity import opposite_polarity
+from app.domain.memories.distinct import distinct_facts, restates
 from app.domain.memories.repositories import MemoryRepository, MemoryState
 from app.domain.memories.services.requests import ApplyLimits, ApplyRequest, Shown
 from app.writers.base import Op, OpKind, is_placeholder
@@ -92,12 +92,19 @@ def check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
         if problem is None and op.kind in (OpKind.UPDATE, OpKind.SUPERSEDE) and memory_at is not None:
             newer = [m for m in targets if m.memory_at is not None and m.memory_at > memory_at]
             if newer:
-                # An older statement never rewrites a newer fact (a late import, a replayed history).
-                problem = (
+                # An older statement never rewrites a newer fact (a late import, a replayed history),
+                # and is not lost either: it is kept as a memory of its own, the past state (as the
+                # Hy-Memory framework's `enforce_time_order` keeps it).
+                guard(
+                    guards,
                     "older_fact",
-                    f"the statement ({memory_at:%Y-%m-%d}) is older than a memory it "
-                    f"would replace ({newer[0].memory_at:%Y-%m-%d})",
+                    index,
+                    op,
+                    f"the statement ({memory_at:%Y-%m-%d %H:%M}) is older than a memory it would replace "
+                    f"({newer[0].memory_at:%Y-%m-%d %H:%M}); added as a memory of its own instead",
                 )
+                accepted.append((index, replace(op, kind=OpKind.ADD, targets=()), []))
+                continue
         if problem:
             guard(guards, problem[0], index, op, problem[1])
             continue
@@ -133,9 +140,11 @@ class Plan:
 async def find_near_duplicates(memories: MemoryRepository, plans: Sequence[Plan]) -> None:
     """Mark ADDs that repeat an active memory of their scope or an earlier ADD of the same result.
 
-    A memory the same result replaces or deletes does not count: re-adding it is a correction; nor
-    does one that says the opposite ("likes jazz" / "dislikes jazz", close as vectors). One query finds
-    the nearest active memory for every ADD of every plan.
+    A repeat says the same thing: its vector is at least the threshold similar, or the words that
+    carry its fact are the same (`restates`), and it differs from the other in no detail that makes
+    another fact (a number, a date, a name, a negation ...: `distinct_facts`). A memory the same result
+    replaces or deletes does not count: re-adding it is a correction. One query finds the three
+    nearest active memories for every ADD of every plan.
     """
     adds: list[tuple[Plan, int, list[float], str]] = []
     for plan in plans:
@@ -153,33 +162,36 @@ async def find_near_duplicates(memories: MemoryRepository, plans: Sequence[Plan]
         [(p.request.tenant_id, p.request.user_id, vector) for p, _, vector, _ in adds]
     )
     kept: dict[int, list[tuple[int, list[float], str]]] = {}  # per plan: ADDs that stay
-    for (plan, index, vector, content), near in zip(adds, closest, strict=True):
+    for (plan, index, vector, content), nearest in zip(adds, closest, strict=True):
         threshold = plan.request.limits.duplicate_threshold
         replaced = {m.id for _, op, targets in plan.accepted if op.kind is not OpKind.UPDATE for m in targets}
-        if (
-            near is not None
-            and near[0] not in replaced
-            and near[1] >= threshold
-            and not opposite_polarity(content, near[2])
-        ):
-            plan.duplicates[index] = (
-                str(near[0]),
-                f"repeats active memory {near[0]} (similarity {near[1]:.3f})",
-            )
-            continue
-        earlier = kept.setdefault(id(plan), [])
         twin = next(
             (
-                i
-                for i, v, text_ in earlier
-                if _cosine(v, vector) >= threshold and not opposite_polarity(content, text_)
+                (memory_id, similarity)
+                for memory_id, similarity, text_ in nearest
+                if memory_id not in replaced and repeats(content, text_, similarity, threshold)
             ),
             None,
         )
         if twin is not None:
-            plan.duplicates[index] = (f"op:{twin}", f"repeats op {twin} of the same result")
+            plan.duplicates[index] = (
+                str(twin[0]),
+                f"repeats active memory {twin[0]} (similarity {twin[1]:.3f})",
+            )
+            continue
+        earlier = kept.setdefault(id(plan), [])
+        same = next(
+            (i for i, v, text_ in earlier if repeats(content, text_, _cosine(v, vector), threshold)), None
+        )
+        if same is not None:
+            plan.duplicates[index] = (f"op:{same}", f"repeats op {same} of the same result")
             continue
         earlier.append((index, vector, content))
+
+
+def repeats(content: str, other: str, similarity: float, threshold: float) -> bool:
+    """Whether an ADD of `content` only repeats `other` (cosine `similarity` apart)."""
+    return (similarity >= threshold or restates(content, other)) and distinct_facts(content, other) is None
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
