@@ -56,6 +56,9 @@ class Question:
     top_k: int = DEFAULT_TOP_K
     as_of: datetime | None = None
     agent_id: str | None = None
+    # Further users' banks read too, `top_k` from each after the first's (an evaluation that keeps a
+    # bank per speaker of a conversation, as Mem0's and MemOS's LoCoMo harnesses do).
+    also_user_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,19 +81,22 @@ class Answer:
 async def retrieve(
     session: AsyncSession, searcher: Searcher, tenant_id: uuid.UUID, question: Question
 ) -> list[UsedMemory]:
-    """The memories a hybrid search finds for the question, best first, with their provenance."""
-    hits = await searcher.search(
-        session,
-        tenant_id,
-        SearchQuery(
-            query=question.question,
-            user_id=question.user_id,
-            top_k=question.top_k,
-            as_of=question.as_of,
-            agent_id=question.agent_id,
-            mode="hybrid",
-        ),
-    )
+    """The memories a hybrid search finds for the question, best first (bank by bank), with their
+    provenance."""
+    hits = []
+    for user_id in (question.user_id, *question.also_user_ids):
+        hits += await searcher.search(
+            session,
+            tenant_id,
+            SearchQuery(
+                query=question.question,
+                user_id=user_id,
+                top_k=question.top_k,
+                as_of=question.as_of,
+                agent_id=question.agent_id,
+                mode="hybrid",
+            ),
+        )
     sources = await AnswerRepository(session).sources(tenant_id, [(h.id, h.version) for h in hits])
     return [UsedMemory(h, sources.get((h.id, h.version))) for h in hits]
 

@@ -13,7 +13,7 @@ import json
 import random
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -52,6 +52,9 @@ class EvalChunk:
     messages: tuple[MessageIn, ...]
     turn_ids: tuple[str, ...]
     label: str  # where it comes from ("session 3"), for reports
+    # A conversation between two people (LoCoMo's speaker_a, speaker_b): each message is named after
+    # its speaker and says "Speaker: text", so that a protocol can frame it as its harness does.
+    speakers: tuple[str, ...] = ()
 
     def metadata(self) -> dict[str, Any]:
         return {"conversation": self.conversation, "turn_ids": list(self.turn_ids), "source": self.label}
@@ -66,6 +69,7 @@ class EvalQuestion:
     answer: str
     evidence: tuple[str, ...]  # turn ids; empty when the file gives none that it holds
     category: str
+    also_user_ids: tuple[str, ...] = ()  # further banks the answer reads (a bank per speaker)
 
 
 @dataclass
@@ -211,7 +215,91 @@ def _locomo_session(conversation: dict[str, Any], name: str, number: int) -> Eva
         ids.append(turn_id(str(turn.get("dia_id", ""))) or str(turn.get("dia_id", "")))
     if not messages:
         return None
-    return EvalChunk(name, name, tuple(messages), tuple(ids), f"session {number}")
+    speakers = tuple(str(s) for s in (conversation.get("speaker_a"), conversation.get("speaker_b")) if s)
+    return EvalChunk(name, name, tuple(messages), tuple(ids), f"session {number}", speakers)
+
+
+# --- how each protocol is shown a conversation between two people ----------------------------
+
+# `one-bank`: the chunks as loaded (every turn a named `user` message). `named-pair`: Hy-Memory's
+# convention, one bank, the first speaker `user` and the other `assistant`, both named. `bank-per-
+# speaker`: Mem0's and MemOS's LoCoMo harnesses, a bank for each speaker in which they are `user`
+# and the other `assistant`, each turn "Speaker: text", two turns to a chunk.
+FRAMINGS = ("one-bank", "named-pair", "bank-per-speaker")
+PROFILE_FRAMINGS = {"hy-memory": "named-pair", "mem0": "bank-per-speaker", "mem0-v3": "bank-per-speaker"} | {
+    "memos": "bank-per-speaker"
+}
+HARNESS_TURNS = 2  # the harnesses' batch size: turns per add() call
+
+
+def framing_for(profile: str | None) -> str:
+    """How a writer speaking `profile` is shown a two-person conversation."""
+    return PROFILE_FRAMINGS.get(profile or "", "one-bank")
+
+
+def _said(message: MessageIn) -> str:
+    """The text of a turn without the "Speaker: " the loader put before it."""
+    prefix = f"{message.name}: "
+    return (
+        message.content[len(prefix) :]
+        if message.name and message.content.startswith(prefix)
+        else message.content
+    )
+
+
+def frame_chunks(chunks: list[EvalChunk], framing: str) -> list[EvalChunk]:
+    """The chunks as `framing` shows them (chunks without two speakers are left as they are)."""
+    if framing == "one-bank":
+        return list(chunks)
+    framed: list[EvalChunk] = []
+    for chunk in chunks:
+        if len(chunk.speakers) != 2:
+            framed.append(chunk)
+        elif framing == "named-pair":
+            messages = tuple(
+                MessageIn(
+                    role="user" if m.name == chunk.speakers[0] else "assistant",
+                    content=_said(m),
+                    name=m.name,
+                    created_at=m.created_at,
+                )
+                for m in chunk.messages
+            )
+            framed.append(replace(chunk, messages=messages))
+        else:
+            for speaker in chunk.speakers:
+                for start in range(0, len(chunk.messages), HARNESS_TURNS):
+                    part = chunk.messages[start : start + HARNESS_TURNS]
+                    messages = tuple(
+                        MessageIn(
+                            role="user" if m.name == speaker else "assistant",
+                            content=m.content,
+                            created_at=m.created_at,
+                        )
+                        for m in part
+                    )
+                    framed.append(
+                        replace(
+                            chunk,
+                            user_id=speaker_bank(chunk.user_id, speaker),
+                            messages=messages,
+                            turn_ids=chunk.turn_ids[start : start + HARNESS_TURNS],
+                        )
+                    )
+    return framed
+
+
+def frame_question(question: EvalQuestion, chunks: list[EvalChunk], framing: str) -> EvalQuestion:
+    """The question asked of the bank(s) `framing` wrote its conversation into."""
+    speakers = next((c.speakers for c in chunks if c.conversation == question.conversation), ())
+    if framing != "bank-per-speaker" or len(speakers) != 2:
+        return question
+    first, second = (speaker_bank(question.user_id, s) for s in speakers)
+    return replace(question, user_id=first, also_user_ids=(second,))
+
+
+def speaker_bank(user_id: str, speaker: str) -> str:
+    return f"{user_id}:{speaker}"[:200]
 
 
 def _ranges(numbers: set[int]) -> str:

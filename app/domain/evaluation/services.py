@@ -37,7 +37,14 @@ from app.domain.answer.reader import ChatModel, ChatModelError, Completion
 from app.domain.answer.services import Question, answer_question
 from app.domain.audit.repositories import AuditRepository
 from app.domain.audit.services import event_row
-from app.domain.evaluation.datasets import Dataset, EvalChunk, EvalQuestion
+from app.domain.evaluation.datasets import (
+    Dataset,
+    EvalChunk,
+    EvalQuestion,
+    frame_chunks,
+    frame_question,
+    framing_for,
+)
 from app.domain.evaluation.repositories import EvaluationRepository
 from app.domain.evaluation.scoring import evidence_recall, judge_messages, parse_verdict, token_f1
 from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
@@ -144,7 +151,8 @@ async def run_evaluation(
     runs = []
     try:
         for name in names:
-            chunks = _chunks_for(dataset.chunks, name, settings, registry)
+            framing = framing_for(getattr(registry.get(name), "profile", None))
+            chunks = _chunks_for(frame_chunks(dataset.chunks, framing), name, settings, registry)
             tenant_id, tenant = await _fresh_bank(sessionmaker, f"eval-{run_id}-{name}", actor)
             await store_chunks(sessionmaker, tenant_id, chunks, actor)
             log.info("eval.bank_created", writer=name, tenant=tenant, chunks=len(chunks))
@@ -153,8 +161,9 @@ async def run_evaluation(
             await _write_bank(deps, sessionmaker, tenant_id, users, len(chunks), name, report)
             run = await _bank_figures(sessionmaker, tenant_id, name, tenant, len(chunks))
             run.pipeline_s = time.perf_counter() - started
+            asked = [frame_question(q, dataset.chunks, framing) for q in questions]
             run.results = await _ask(
-                sessionmaker, deps, tenant_id, questions, name, reader, judge, top_k, concurrency, report
+                sessionmaker, deps, tenant_id, asked, name, reader, judge, top_k, concurrency, report
             )
             runs.append(run)
     finally:
@@ -339,7 +348,12 @@ async def _answer_and_grade(
     derivations: dict[uuid.UUID, list[tuple[int, uuid.UUID]]],
     turns: dict[uuid.UUID, tuple[str, ...]],
 ) -> QuestionResult:
-    asked = Question(user_id=question.user_id, question=question.question, top_k=top_k)
+    asked = Question(
+        user_id=question.user_id,
+        question=question.question,
+        top_k=top_k,
+        also_user_ids=question.also_user_ids,
+    )
     try:
         answer = await answer_question(sessionmaker, deps.searcher, reader, tenant_id, asked)
     except ApiError as exc:

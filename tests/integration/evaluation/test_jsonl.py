@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from app.config import Settings
-from app.domain.evaluation.datasets import DatasetError, load_jsonl, load_locomo
+from app.domain.evaluation.datasets import (
+    DatasetError,
+    frame_chunks,
+    frame_question,
+    framing_for,
+    load_jsonl,
+    load_locomo,
+)
 from app.domain.evaluation.scoring import parse_verdict, token_f1
 from tests.integration.evaluation.test_locomo import LOCOMO, memstore
 from tests.integration.evaluation.writers import PLUGINS
@@ -196,3 +203,33 @@ def test_token_f1_is_squads_and_the_judge_is_read_strictly() -> None:
     for garbage in ("yes", '{"correct": "yes"}', '{"correct": 1}', "{", ""):
         verdict = parse_verdict(garbage)
         assert (verdict.correct, verdict.parsed) == (False, False), garbage
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason=f"no LoCoMo file at {LOCOMO}")
+def test_each_protocol_is_shown_locomo_as_its_harness_or_convention_shows_it() -> None:
+    dataset = load_locomo(LOCOMO, conversations=["1"], sessions={1})
+    first = dataset.chunks[0]
+    a, b = first.speakers
+    assert (a, b) == ("Caroline", "Melanie")
+    assert framing_for("hy-memory") == "named-pair"
+    assert framing_for("mem0") == framing_for("mem0-v3") == framing_for("memos") == "bank-per-speaker"
+    assert framing_for(None) == framing_for("simple") == "one-bank"
+
+    # Hy-Memory: one bank, the first speaker the user, the other a named `assistant` (a real person)
+    [pair] = frame_chunks([first], "named-pair")
+    assert {(m.role, m.name) for m in pair.messages} == {("user", a), ("assistant", b)}
+    assert not any(m.content.startswith(f"{m.name}: ") for m in pair.messages)
+
+    # Mem0 / MemOS: a bank per speaker, each `user` in their own and `assistant` in the other's,
+    # "Name: text", two turns a chunk
+    banks = frame_chunks([first], "bank-per-speaker")
+    assert {c.user_id for c in banks} == {f"{first.user_id}:{a}", f"{first.user_id}:{b}"}
+    assert all(len(c.messages) <= 2 for c in banks)
+    assert sum(len(c.messages) for c in banks) == 2 * len(first.messages)
+    in_a = [c for c in banks if c.user_id.endswith(a)]
+    assert in_a[0].messages[0].content == first.messages[0].content
+    assert {m.role for c in in_a for m in c.messages if m.content.startswith(f"{a}: ")} == {"user"}
+    assert {m.role for c in in_a for m in c.messages if m.content.startswith(f"{b}: ")} == {"assistant"}
+    assert [t for c in in_a for t in c.turn_ids] == list(first.turn_ids)
+    question = frame_question(dataset.questions[0], dataset.chunks, "bank-per-speaker")
+    assert (question.user_id, question.also_user_ids) == (f"{first.user_id}:{a}", (f"{first.user_id}:{b}",))
