@@ -1,8 +1,23 @@
-"""The embedder protocol."""
+"""The embedder protocol, and how similar its vectors must be for a memory to count as related."""
 
 from __future__ import annotations
 
 from typing import Protocol
+
+# The cosine at which a memory is related enough to a new one to be shown to a writer that reconciles,
+# by embedder family. Each embedder has its own scale: on 20 pairs of a new fact and the memory it
+# updates or contradicts ("The user moved to Seattle." / "The user lives in Lyon.") against 12 pairs
+# of unrelated facts, all-MiniLM-L6-v2 puts every related pair at 0.36 or above and every unrelated
+# one at 0.25 or below; the lexical hashing embedder puts 18 of 20 related pairs at 0.15 or above,
+# and 9 of 12 unrelated ones at 0.
+RELATED_FLOORS = {"onnx": 0.30, "local": 0.30, "hashing": 0.15}
+
+
+def related_floor(embedder: str, protocol_floor: float) -> float:
+    """The floor for `embedder` (its name) where Memstore has measured one, else the protocol's own
+    (the reference frameworks' floors are on their own embedders' scales)."""
+    family = embedder.split(":", 1)[0].split("-", 1)[0]
+    return RELATED_FLOORS.get(family, protocol_floor)
 
 
 class Embedder(Protocol):

@@ -38,6 +38,7 @@ from app.domain.pipeline.repositories import ChunkRow, Claim, PipelineRepository
 from app.domain.search.services import EmbedderMismatchError, Searcher
 from app.domain.shadows.services import LiveFeeder
 from app.embeddings import Embedder
+from app.embeddings.base import related_floor
 from app.embeddings.openai import EmbeddingError
 from app.lib import metrics
 from app.lib.errors import is_db_outage
@@ -628,6 +629,8 @@ async def _build_request(
         session: AsyncSession, queries: list[str], query: CandidateQuery | None
     ) -> tuple[Candidate, ...]:
         query = query or CandidateQuery(per_text=settings.candidate_limit)
+        if query.min_score is not None:  # the protocol's floor, on this embedder's scale
+            query = replace(query, min_score=related_floor(deps.embedder.name, query.min_score))
         # The same search clients use (exact over the scope's active memories, vector ranking).
         ranked = await deps.searcher.writer_candidates(
             session, chunk.tenant_id, chunk.user_id, queries, query.per_text
