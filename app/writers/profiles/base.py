@@ -114,7 +114,8 @@ class ModelSession:
         text, finish = await self._call(step, messages, budget, form, schema)
         if finish == "length" and (larger := min(2 * budget, self.max_tokens_cap)) > budget:
             self.resends += 1
-            text, finish = await self._call(f"{step}.resend", messages, larger, form, schema)
+            budget = larger
+            text, finish = await self._call(f"{step}.resend", messages, budget, form, schema)
         try:
             return parse(parse_json(text))
         except ParseError as first:

@@ -80,7 +80,7 @@ class Texts:
 
 
 @functools.cache
-def _reference_texts(root: Path | None) -> dict[str, str]:
+def _reference_texts(root: Path) -> dict[str, str]:
     get = functools.partial(references.constants, REFERENCE, root=root)
     return {
         **get("hy_memory/agent/extractor.py", "EXTRACT_SYSTEM_PROMPT", "EXTRACT_PROMPT"),
@@ -96,6 +96,7 @@ def _reference_texts(root: Path | None) -> dict[str, str]:
 
 
 def load_texts(prompts_dir: Path | None = None, root: Path | None = None) -> Texts:
+    root = root or references.references_root()
     lang = references.module(REFERENCE, "hy_memory/utils/lang_detect.py", root)
     return Texts(PromptSet("hy-memory", _reference_texts(root), prompts_dir), lang.is_chinese)
 

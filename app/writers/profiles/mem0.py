@@ -43,7 +43,7 @@ UPDATE_CANDIDATES = CandidateQuery(per_text=5)  # vector_store.search(limit=5) p
 
 
 @functools.cache
-def _texts(root: Path | None) -> tuple[references.FString, references.FString, str]:
+def _texts(root: Path) -> tuple[references.FString, references.FString, str]:
     user = references.fstring(REFERENCE, PROMPTS_FILE, "USER_MEMORY_EXTRACTION_PROMPT", root)
     agent = references.fstring(REFERENCE, PROMPTS_FILE, "AGENT_MEMORY_EXTRACTION_PROMPT", root)
     update = references.constants(REFERENCE, PROMPTS_FILE, "DEFAULT_UPDATE_MEMORY_PROMPT", root=root)
@@ -108,7 +108,7 @@ class Mem0Profile:
     context_messages = 0  # the protocol shows the model only the new messages
 
     def __init__(self, prompts_dir: Path | None = None) -> None:
-        user, agent, update = _texts(None)
+        user, agent, update = _texts(references.references_root())
         self.functions = references.module(REFERENCE, PROMPTS_FILE)
         self.prompts = PromptSet(
             self.name,
