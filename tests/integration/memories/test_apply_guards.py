@@ -41,6 +41,26 @@ async def _apply(
     return outcome.changeset_id, outcome.guards
 
 
+async def _add_semantically(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys, user: str, contents: list[str]
+) -> list[dict[str, object]]:
+    """ADDs of `contents` as one writer result, under the default semantic embedder (up to 100 ops)."""
+    from tests.support.semantic import semantic_embedder
+
+    async with sessionmaker() as session, session.begin():
+        outcome = await apply_ops(
+            session,
+            tenant_id=tenant.tenant_id,
+            user_id=user,
+            ops=[Op(OpKind.ADD, c) for c in contents],
+            shown={},
+            provenance=PROVENANCE,
+            embedder=semantic_embedder(),
+            limits=ApplyLimits(max_ops=100),
+        )
+    return outcome.guards
+
+
 async def _memory(sessionmaker: async_sessionmaker[AsyncSession], content: str) -> Memory:
     async with sessionmaker() as session:
         memory = await session.scalar(select(Memory).where(Memory.content == content))
@@ -170,20 +190,9 @@ async def test_near_duplicates_by_meaning_merge_but_opposites_never_do(
 ) -> None:
     """With the default (semantic) embedder and threshold: a restatement of an active memory is a
     near-duplicate (NOOP); a statement that says its opposite — vectors as close as 0.98 — is stored."""
-    from tests.support.semantic import semantic_embedder
 
     async def add(contents: list[str]) -> list[dict[str, object]]:
-        async with sessionmaker() as session, session.begin():
-            outcome = await apply_ops(
-                session,
-                tenant_id=tenant.tenant_id,
-                user_id="u",
-                ops=[Op(OpKind.ADD, c) for c in contents],
-                shown={},
-                provenance=PROVENANCE,
-                embedder=semantic_embedder(),
-            )
-        return outcome.guards
+        return await _add_semantically(sessionmaker, tenant, "u", contents)
 
     epipen = "allergic to peanuts and carries an EpiPen when travelling abroad."
     await add(["The user likes jazz.", "The user is vegetarian.", f"The user is {epipen}"])
@@ -233,21 +242,9 @@ async def test_no_true_fact_is_dropped_as_a_repeat(
     ... "I like pemi249."), written a hundred to a result as a writer would, under the default semantic
     embedder and threshold: two thousand memories. The twelve facts of six minimal pairs, all true at
     once: twelve memories. A true repeat: stored once."""
-    from tests.support.semantic import semantic_embedder
 
     async def add(contents: list[str]) -> list[dict[str, object]]:
-        async with sessionmaker() as session, session.begin():
-            outcome = await apply_ops(
-                session,
-                tenant_id=tenant.tenant_id,
-                user_id="prefs",
-                ops=[Op(OpKind.ADD, c) for c in contents],
-                shown={},
-                provenance=PROVENANCE,
-                embedder=semantic_embedder(),
-                limits=ApplyLimits(max_ops=100),
-            )
-        return outcome.guards
+        return await _add_semantically(sessionmaker, tenant, "prefs", contents)
 
     stems = ["zor", "kali", "bemo", "truff", "savi", "dranel", "oku", "pemi"]
     stream = [f"I like {stem}{n}." for stem in stems for n in range(250)]
