@@ -16,6 +16,11 @@ import re
 
 from app.domain.memories.polarity import opposite_polarity
 
+
+def _word_set(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 _NUMBER_WORDS = {
     word: str(value)
     for value, words in enumerate(
@@ -149,84 +154,13 @@ _KIN = {
     **dict.fromkeys(("she", "her", "hers", "herself", "woman", "women"), "female"),
 }
 # Capitalised words that are not names: sentence starters and the subjects memories are written about.
-_NOT_NAMES = frozenset(
-    [
-        "the",
-        "a",
-        "an",
-        "user",
-        "users",
-        "assistant",
-        "agent",
-        "i",
-        "he",
-        "she",
-        "they",
-        "it",
-        "we",
-        "you",
-        "this",
-        "that",
-        "these",
-        "those",
-        "his",
-        "her",
-        "their",
-        "its",
-        "our",
-        "my",
-        "your",
-        "in",
-        "on",
-        "at",
-        "for",
-        "and",
-        "but",
-        "or",
-        "so",
-        "if",
-        "when",
-        "while",
-        "after",
-        "before",
-        "since",
-        "until",
-        "during",
-        "of",
-        "to",
-        "from",
-        "with",
-        "as",
-        "by",
-        "about",
-        "also",
-        "then",
-        "there",
-        "here",
-        "yes",
-        "no",
-        "not",
-        "every",
-        "each",
-        "some",
-        "all",
-        "both",
-        "one",
-        "once",
-        "later",
-        "earlier",
-        "now",
-        "recently",
-        "currently",
-        "usually",
-        "often",
-        "sometimes",
-        "always",
-        "never",
-        "previously",
-        "last",
-        "next",
-    ]
+_NOT_NAMES = _word_set(
+    """
+    the a an user users assistant agent i he she they it we you this that these those his her their
+    its our my your in on at for and but or so if when while after before since until during of to
+    from with as by about also then there here yes no not every each some all both one once later
+    earlier now recently currently usually often sometimes always never previously last next
+    """
 )
 _TOKEN = re.compile(r"\$|€|£|%|°[cCfF]?|\d+(?:[.,]\d+)*(?:st|nd|rd|th)?|[^\W\d_]+(?:['\u2019][^\W\d_]+)*|\S")
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
@@ -295,94 +229,14 @@ def distinct_facts(a: str, b: str) -> str | None:
 
 
 # Words a restatement adds or drops without changing the fact.
-_FILLER = frozenset(
-    [
-        "the",
-        "a",
-        "an",
-        "user",
-        "user's",
-        "users",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "being",
-        "am",
-        "has",
-        "have",
-        "had",
-        "does",
-        "do",
-        "did",
-        "of",
-        "to",
-        "in",
-        "on",
-        "at",
-        "for",
-        "with",
-        "as",
-        "by",
-        "and",
-        "their",
-        "his",
-        "her",
-        "its",
-        "that",
-        "this",
-        "who",
-        "which",
-        "very",
-        "really",
-        "currently",
-        "recently",
-        "now",
-        "also",
-        "just",
-        "still",
-        "usually",
-        "regularly",
-        "every",
-        "each",
-        "some",
-        "any",
-        "there",
-        "it",
-        "they",
-        "them",
-        "time",
-        "times",
-        "who's",
-        "s",
-        "called",
-        "named",
-        "name",
-        "works",
-        "work",
-        "working",
-        "job",
-        "old",
-        "year",
-        "years",
-        "going",
-        "using",
-        "how",
-        "located",
-        "about",
-        "over",
-        "while",
-        "during",
-        "up",
-        "practice",
-        "practices",
-        "practicing",
-        "take",
-        "takes",
-        "taking",
-    ]
+_FILLER = _word_set(
+    """
+    the a an user user's users is are was were be been being am has have had does do did of to in
+    on at for with as by and their his her its that this who which very really currently recently
+    now also just still usually regularly every each some any there it they them time times who's s
+    called named name works work working job old year years going using how located about over
+    while during up practice practices practicing take takes taking
+    """
 )
 # One word for each group of words that restatements of a memory use interchangeably.
 _SAME_WORD = {
