@@ -26,8 +26,21 @@ install: $(STAMP) ## Create .venv and install Memstore with its dev tools
 run: $(STAMP) ## Run everything locally: embedded Postgres + Redis, API on :8000, one worker
 	$(BIN)/memstore up
 
+.PHONY: browser
+browser: ## Debian's chromium for the console's browser tests (installed with apt-get when missing)
+	@if ! command -v $${MEMSTORE_CHROMIUM:-chromium} >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing Debian's chromium for the admin console's browser tests (apt-get, once)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "make: chromium is missing and cannot be installed here (needs root and apt-get);" \
+	         "install it, or set MEMSTORE_CHROMIUM to a Chromium binary" >&2; exit 1; \
+	  fi; \
+	fi
+
 .PHONY: test
-test: $(STAMP) ## Run the test suite (starts its own embedded Postgres + Redis)
+test: $(STAMP) browser ## Run the test suite (starts its own embedded Postgres + Redis; gets chromium if missing)
 	$(BIN)/python -m pytest
 
 .PHONY: test-real-model

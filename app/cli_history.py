@@ -105,7 +105,7 @@ async def _embedder() -> AsyncIterator[Any]:
 
 
 def _who(reason: str | None = None) -> Any:
-    from app.domain.history.services import Actor
+    from app.domain.audit.services import Actor
 
     return Actor(f"cli:{getpass.getuser()}", None, reason)
 

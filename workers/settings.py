@@ -1,4 +1,6 @@
-"""`WorkerSettings` for arq. Job bodies live in domain services; this module only wires them."""
+"""`WorkerSettings` for arq: the start-up and shut-down of what a worker process shares, and the
+registration of the domain's jobs (`app.domain.pipeline.jobs`, `app.domain.audit.jobs`); the jobs'
+bodies live with their domains."""
 
 from __future__ import annotations
 
@@ -6,22 +8,25 @@ import asyncio
 import contextlib
 import os
 import socket
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from arq import cron, func
+from arq.typing import WorkerCoroutine
 
 from app.config import Settings, get_settings
 from app.db.engine import create_engine, warn_if_bypassing_row_security
-from app.domain.ingest.services import PROCESS_SCOPE_JOB
+from app.domain.audit.jobs import seal_audit_job
+from app.domain.pipeline.jobs import WorkerContext, process_scope_job, sweep_job
 from app.domain.pipeline.services import PipelineDeps
+from app.domain.pipeline.wakeups import SCOPE_JOB
 from app.domain.search.graph import keep_indexing
+from app.domain.shadows.services import LiveFeeder
 from app.embeddings import embedder_from_settings
 from app.lib import metrics
 from app.lib.logging import configure_logging
 from app.lib.queue import QUEUE_NAME, redis_settings
 from app.writers.registry import WriterRegistry
-from workers.jobs import process_scope_job, seal_audit_job, sweep_job
 
 log = structlog.get_logger("workers")
 
@@ -33,7 +38,7 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-async def startup(ctx: dict[str, Any]) -> None:
+async def startup(ctx: WorkerContext) -> None:
     """Open the shared clients one worker process uses for all its jobs."""
     settings: Settings = ctx.get("settings") or get_settings()
     configure_logging(settings.log_level, settings.log_format, process="worker")
@@ -49,6 +54,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         writers=WriterRegistry(settings),
         embedder=embedder_from_settings(settings),
         worker_name=ctx["worker_name"],
+        feeder=LiveFeeder(ctx["engine"]),
     )
     if settings.graph_index_budget_s > 0:  # the vector graph's indexer (`search.graph`), beside the jobs
         ctx["graph_indexer"] = asyncio.create_task(
@@ -66,12 +72,12 @@ async def startup(ctx: dict[str, Any]) -> None:
     log.info("worker.started", worker=ctx["worker_name"], max_jobs=settings.worker_max_jobs)
 
 
-async def shutdown(ctx: dict[str, Any]) -> None:
+async def shutdown(ctx: WorkerContext) -> None:
     """Close what `startup` opened; a second call does nothing."""
     pipeline: PipelineDeps | None = ctx.pop("pipeline", None)
     if pipeline is None:
         return
-    indexer: asyncio.Task[None] | None = ctx.pop("graph_indexer", None)
+    indexer = ctx.pop("graph_indexer", None)
     if indexer is not None:
         indexer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -82,17 +88,24 @@ async def shutdown(ctx: dict[str, Any]) -> None:
     log.info("worker.stopped", worker=ctx["worker_name"])
 
 
-async def on_job_start(ctx: dict[str, Any]) -> None:
+async def on_job_start(ctx: WorkerContext) -> None:
     structlog.contextvars.bind_contextvars(job_id=ctx.get("job_id"), job_try=ctx.get("job_try"))
 
 
-async def on_job_end(ctx: dict[str, Any]) -> None:
+async def on_job_end(ctx: WorkerContext) -> None:
     structlog.contextvars.unbind_contextvars("job_id", "job_try")
 
 
-async def heartbeat(ctx: dict[str, Any]) -> None:
+async def heartbeat(ctx: WorkerContext) -> None:
     """Announce this worker in Redis (with a TTL), so operators and readiness checks can count workers."""
     await ctx["redis"].set(HEARTBEAT_KEY.format(name=ctx["worker_name"]), "1", ex=HEARTBEAT_TTL_S)
+
+
+# arq types a job's context as a plain dict; ours say what it holds (`WorkerContext`).
+_SCOPE_JOB = cast("WorkerCoroutine", process_scope_job)
+_HEARTBEAT = cast("WorkerCoroutine", heartbeat)
+_SEAL_AUDIT = cast("WorkerCoroutine", seal_audit_job)
+_SWEEP = cast("WorkerCoroutine", sweep_job)
 
 
 def worker_options(settings: Settings) -> dict[str, Any]:
@@ -102,12 +115,12 @@ def worker_options(settings: Settings) -> dict[str, Any]:
         "queue_name": QUEUE_NAME,
         "functions": [
             # Retries come from Postgres state (attempts, backoff); Retry only covers database outages.
-            func(process_scope_job, name=PROCESS_SCOPE_JOB, max_tries=1000, keep_result=0),
+            func(_SCOPE_JOB, name=SCOPE_JOB, max_tries=1000, keep_result=0),
         ],
         "cron_jobs": [
-            cron(heartbeat, second=set(range(0, 60, 10)), run_at_startup=False, unique=False, timeout=5),
+            cron(_HEARTBEAT, second=set(range(0, 60, 10)), run_at_startup=False, unique=False, timeout=5),
             cron(
-                seal_audit_job,
+                _SEAL_AUDIT,
                 second=set(range(0, 60, 2)),
                 run_at_startup=True,
                 unique=True,
@@ -115,7 +128,7 @@ def worker_options(settings: Settings) -> dict[str, Any]:
                 keep_result=0,
             ),
             cron(
-                sweep_job,
+                _SWEEP,
                 second=set(range(0, 60, sweep_every)),
                 run_at_startup=True,
                 unique=True,

@@ -70,7 +70,8 @@ class JobQueue:
         its per-job existence check: callers name jobs uniquely, and a duplicate wake-up is harmless
         anyway (the worker finds the chunk applied). A job with the option `_once_per_drain` is the
         exception: it is named after `_job_id` and the drain generation of that name (`next_drain`),
-        and not enqueued while a job of that name waits or has not yet started its drain. With `wake`,
+        and not enqueued while a job of that name waits or has not yet started its drain. A job with
+        `_defer_until` (a datetime) waits until then. With `wake`,
         one message on `WAKE_CHANNEL` follows them, so a waiting worker polls now; a lost one costs
         only the poll delay.
         """
@@ -89,8 +90,10 @@ class JobQueue:
                         args = (job_id, job_key_prefix, expires_extra_ms, payload, now_ms)
                         pipe.eval(_ONCE_PER_DRAIN, 2, drain, QUEUE_NAME, *args)  # type: ignore[arg-type]
                         continue
-                    pipe.psetex(job_key_prefix + job_id, expires_extra_ms, payload)
-                    pipe.zadd(QUEUE_NAME, {job_id: now_ms})
+                    due = options.get("_defer_until")
+                    score = int(due.timestamp() * 1000) if due is not None else now_ms
+                    pipe.psetex(job_key_prefix + job_id, expires_extra_ms + max(0, score - now_ms), payload)
+                    pipe.zadd(QUEUE_NAME, {job_id: score})
                 if self.wake:
                     pipe.publish(WAKE_CHANNEL, b"")  # after the jobs, in the same round trip
                 await pipe.execute()

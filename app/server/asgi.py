@@ -16,12 +16,14 @@ from app.domain.accounts.controllers import ApiKeyController, TenantSettingsCont
 from app.domain.accounts.key_events import KeyEvents
 from app.domain.answer.controllers import AnswerController
 from app.domain.answer.reader import reader_from_settings
+from app.domain.audit.controllers import AuditController
 from app.domain.console.controllers import ConsoleReadsController, console_router
-from app.domain.history.controllers import AdminHistoryController, AuditController
+from app.domain.history.controllers import AdminHistoryController
 from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.controllers import ChunkController
 from app.domain.mem0.controllers import mem0_paths, mem0_router
 from app.domain.memories.controllers import MemoryController
+from app.domain.pipeline.controllers import ChunkAdminController
 from app.domain.provenance.controllers import ProvenanceController
 from app.domain.reviews.controllers import ReviewController
 from app.domain.search.controllers import SearchController
@@ -53,6 +55,7 @@ ROUTE_HANDLERS = [
     MemoryController,
     ProvenanceController,
     AdminHistoryController,
+    ChunkAdminController,
     AuditController,
     SearchController,
     ShadowController,

@@ -34,6 +34,11 @@ MODEL_URL = os.environ.get("MEMSTORE_REAL_MODEL_URL", "")
 # is held to each call's schema by llama.cpp's grammar (the schema inside json_object); `auto` sends
 # what each profile's reference sends (Hy-Memory and MemOS nothing, Mem0 json_object).
 RESPONSE_FORMAT = os.environ.get("MEMSTORE_REAL_MODEL_RESPONSE_FORMAT", "json_object_schema")
+# The cap on each call's budget (MEMSTORE_WRITER_MAX_TOKENS). The profiles ask the references' budgets
+# (2,000 to 8,000 tokens), which a 135M model held to a grammar fills to the end at ~40 tokens/s on
+# two cores; 1,024 keeps a profile's ten chunks within the run's time (a cut-off answer keeps its
+# complete items).
+MAX_TOKENS = int(os.environ.get("MEMSTORE_REAL_MODEL_MAX_TOKENS", "1024"))
 OUT_DIR = Path(os.environ.get("MEMSTORE_REAL_MODEL_OUT", ".real-model/out"))
 
 # Not collected without a model server: `make test` must not try to reach one.
@@ -119,7 +124,7 @@ def writers_file(tmp_path: Path, model_proxy: RecordingProxy) -> Path:
         "\n".join(
             f'[writers.real-{profile}]\nprofile = "{profile}"\nbase_url = "{model_proxy.base_url}"\n'
             f'model = "hy-memory"\ntimeout_s = {request_timeout}\nmax_retries = 1\nmax_concurrency = 1\n'
-            f'response_format = "{RESPONSE_FORMAT}"\n'
+            f'response_format = "{RESPONSE_FORMAT}"\nmax_tokens = {MAX_TOKENS}\n'
             for profile in sorted(PROFILES)
         )
     )

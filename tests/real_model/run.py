@@ -161,6 +161,7 @@ def eval_env(base_url: str) -> dict[str, str]:
         "MEMSTORE_WRITER_MODEL": "hy-memory",
         "MEMSTORE_WRITER_PROFILE": os.environ.get("MEMSTORE_REAL_MODEL_EVAL_PROFILE", "hy-memory"),
         "MEMSTORE_WRITER_MAX_CONCURRENCY": "1",
+        "MEMSTORE_WRITER_MAX_TOKENS": os.environ.get("MEMSTORE_REAL_MODEL_MAX_TOKENS", "1024"),
         # a 135M model needs the grammar of each call's schema (tests/real_model/conftest.py)
         "MEMSTORE_WRITER_RESPONSE_FORMAT": os.environ.get(
             "MEMSTORE_REAL_MODEL_RESPONSE_FORMAT", "json_object_schema"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, insert, select, update
@@ -86,3 +87,28 @@ class AuditRepository:
         )
         async for event in result:
             yield event
+
+    async def events(
+        self,
+        tenant_id: uuid.UUID,
+        *,
+        since: datetime | None,
+        until: datetime | None,
+        actor: str | None,
+        action: str | None,
+        after_id: int | None,
+        limit: int,
+    ) -> Sequence[AuditEvent]:
+        """A tenant's events, oldest first, keyset-paginated on id."""
+        stmt = select(AuditEvent).where(AuditEvent.tenant_id == tenant_id)
+        if since is not None:
+            stmt = stmt.where(AuditEvent.created_at >= since)
+        if until is not None:
+            stmt = stmt.where(AuditEvent.created_at < until)
+        if actor is not None:
+            stmt = stmt.where(AuditEvent.actor == actor)
+        if action is not None:
+            stmt = stmt.where(AuditEvent.action == action)
+        if after_id is not None:
+            stmt = stmt.where(AuditEvent.id > after_id)
+        return (await self.session.scalars(stmt.order_by(AuditEvent.id).limit(limit))).all()

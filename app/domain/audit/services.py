@@ -20,6 +20,15 @@ from app.domain.audit.chain import GENESIS_HASH, event_hash
 from app.domain.audit.repositories import AuditRepository
 
 
+@dataclass(frozen=True)
+class Actor:
+    """Who asks for a change, and the request it came with (for provenance and the audit log)."""
+
+    actor: str
+    request_id: str | None = None
+    reason: str | None = None
+
+
 def event_row(
     *,
     tenant_id: uuid.UUID,

@@ -17,21 +17,22 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from litestar import Controller, Response, get
+from litestar import Controller, Request, Response, get
 from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 from litestar.static_files import create_static_files_router
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.accounts.auth import requires_role
+from app.domain.accounts.services import Principal
 from app.domain.console.schemas import ChangesetCount, ChangesetCounts, UserList, UserOut
-from app.domain.history.controllers import AdminRequest, Limit, Text, When
 from app.domain.history.repositories import HistoryRepository
 from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
 from app.domain.ingest.schemas import ChunkList, ChunkStatus
 from app.domain.memories.repositories import MemoryRepository
 from app.domain.memories.services import decode_cursor
 from app.lib.errors import ApiError
+from app.lib.params import Limit, Text, When
 
 STATIC_DIR = Path(__file__).with_name("static")
 CONSOLE_HEADERS = {
@@ -79,6 +80,9 @@ def _user_after(cursor: str) -> str:
     if not after or "\x00" in after:  # Postgres cannot compare text holding a NUL
         raise invalid
     return after
+
+
+AdminRequest = Request[Principal, Any, Any]
 
 
 class ConsoleReadsController(Controller):

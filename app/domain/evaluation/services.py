@@ -47,9 +47,10 @@ from app.domain.evaluation.datasets import (
 )
 from app.domain.evaluation.repositories import EvaluationRepository
 from app.domain.evaluation.scoring import evidence_recall, judge_messages, parse_verdict, token_f1
-from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
+from app.domain.ingest.repositories import ScopeRepository
 from app.domain.ingest.schemas import ChunkIn
 from app.domain.ingest.services import body_hash, validate_chunks
+from app.domain.pipeline.repositories import PipelineRepository
 from app.domain.pipeline.services import PipelineDeps, process_scope
 from app.embeddings import embedder_from_settings
 from app.lib.errors import ApiError
@@ -234,7 +235,7 @@ async def store_chunks(
                     summary={"user_id": chunk.user_id, "seq": seq},
                 )
             )
-        await ChunkRepository(session).insert_many(rows)
+        await PipelineRepository(session).insert_many(rows)
         await AuditRepository(session).insert_many(events)
 
 

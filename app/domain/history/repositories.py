@@ -15,7 +15,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import Integer
 
-from app.db.models import AuditEvent, Changeset, Chunk, Memory, MemoryVersion, Review, Scope
+from app.db.models import Changeset, Chunk, Memory, MemoryVersion, Review, Scope
 from app.domain.memories.repositories import VERSIONS, VersionState, in_force_at
 from app.domain.memories.version_writer import Restoration
 
@@ -317,28 +317,6 @@ class HistoryRepository:
                 .values(status="reverted")
             )
 
-    # --- chunks ----------------------------------------------------------------------------------
-
-    async def requeue_failed_chunk(self, tenant_id: uuid.UUID, chunk_id: uuid.UUID) -> Chunk | None:
-        """A failed chunk back to `queued` with fresh attempts; None if it is not failed."""
-        return await self.session.scalar(
-            update(Chunk)
-            .where(Chunk.tenant_id == tenant_id, Chunk.id == chunk_id, Chunk.status == "failed")
-            .values(
-                status="queued",
-                attempts=0,
-                last_error=None,
-                available_at=func.now(),
-                updated_at=func.now(),
-            )
-            .returning(Chunk)
-        )
-
-    async def chunk(self, tenant_id: uuid.UUID, chunk_id: uuid.UUID) -> Chunk | None:
-        return await self.session.scalar(
-            select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.id == chunk_id)
-        )
-
     # --- purge -----------------------------------------------------------------------------------
 
     async def count_user_rows(self, tenant_id: uuid.UUID, user_id: str) -> dict[str, int]:
@@ -370,30 +348,3 @@ class HistoryRepository:
         being left to collide with."""
         counts = await self.session.scalar(select(func.memstore_purge_user(tenant_id, user_id, type_=JSONB)))
         return {name: int((counts or {}).get(name, 0)) for name, _ in _PURGED}
-
-    # --- audit -----------------------------------------------------------------------------------
-
-    async def audit_events(
-        self,
-        tenant_id: uuid.UUID,
-        *,
-        since: datetime | None,
-        until: datetime | None,
-        actor: str | None,
-        action: str | None,
-        after_id: int | None,
-        limit: int,
-    ) -> Sequence[AuditEvent]:
-        """A tenant's events, oldest first, keyset-paginated on id."""
-        stmt = select(AuditEvent).where(AuditEvent.tenant_id == tenant_id)
-        if since is not None:
-            stmt = stmt.where(AuditEvent.created_at >= since)
-        if until is not None:
-            stmt = stmt.where(AuditEvent.created_at < until)
-        if actor is not None:
-            stmt = stmt.where(AuditEvent.actor == actor)
-        if action is not None:
-            stmt = stmt.where(AuditEvent.action == action)
-        if after_id is not None:
-            stmt = stmt.where(AuditEvent.id > after_id)
-        return (await self.session.scalars(stmt.order_by(AuditEvent.id).limit(limit))).all()

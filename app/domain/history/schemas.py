@@ -1,4 +1,4 @@
-"""Bodies of the admin history and audit endpoints (api.md, "Admin")."""
+"""Bodies of the admin history endpoints (api.md, "Admin")."""
 
 from __future__ import annotations
 
@@ -88,49 +88,9 @@ class ChangesetList(msgspec.Struct):
     next_cursor: str | None
 
 
-class RetryIn(msgspec.Struct, forbid_unknown_fields=True):
-    dry_run: bool = False
-
-
-class RetryOut(msgspec.Struct):
-    chunk_id: uuid.UUID
-    seq: int
-    status: str
-    dry_run: bool = False
-
-
 class PurgeOut(msgspec.Struct):
     """Rows deleted per kind (with `dry_run`: rows that would be)."""
 
     user_id: str
     deleted: dict[str, int]
     dry_run: bool = False
-
-
-class AuditEventOut(Out):
-    id: int
-    seq: int | None
-    actor: str
-    action: str
-    target_type: str | None
-    target_id: str | None
-    request_id: str | None
-    summary: dict[str, Any]
-    created_at: datetime
-    prev_hash: str | None
-    hash: str | None
-
-
-class AuditList(msgspec.Struct):
-    items: list[AuditEventOut]
-    next_cursor: str | None
-
-
-class VerifyOut(msgspec.Struct):
-    """`ok` and how many sealed events were checked; otherwise the first broken link and why."""
-
-    ok: bool
-    checked: int
-    unsealed: int
-    broken_at_seq: int | None = None
-    reason: str | None = None

@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Changeset, Chunk
-from app.domain.audit.services import record_event
+from app.db.models import Changeset
+from app.domain.audit.services import Actor, record_event
 from app.domain.history.repositories import HistoryRepository
 from app.domain.memories.repositories import ChangesetRepository, VersionState
 from app.domain.memories.services import get_memory
@@ -48,15 +48,6 @@ Embedded = dict[str, list[float]]
 # Rounds of embedding one undo may take before it gives up with 409: the second round only happens when
 # a text became stale while the first round's texts were embedded.
 _EMBED_ROUNDS = 3
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who asks for an undo, and the request it came with (for provenance and the audit log)."""
-
-    actor: str
-    request_id: str | None = None
-    reason: str | None = None
 
 
 @dataclass
@@ -467,42 +458,7 @@ async def restore_user(
     return await _embedding_outside_locks(session, embedder, attempt)
 
 
-# --- chunks, purge, reads ------------------------------------------------------------------------
-
-
-async def retry_chunk(
-    session: AsyncSession, tenant_id: uuid.UUID, chunk_id: uuid.UUID, *, who: Actor, dry_run: bool = False
-) -> Chunk:
-    """A failed chunk goes back to the queue with a fresh set of attempts (the caller wakes a worker
-    after the commit). A dry run only checks that it could."""
-    repo = HistoryRepository(session)
-    if dry_run:
-        found = await repo.chunk(tenant_id, chunk_id)
-        chunk = found if found is not None and found.status == "failed" else None
-    else:
-        chunk = await repo.requeue_failed_chunk(tenant_id, chunk_id)
-    if chunk is None:
-        existing = await repo.chunk(tenant_id, chunk_id)
-        if existing is None:
-            raise NotFoundError("No such chunk.")
-        raise ConflictError(
-            f"Only a failed chunk can be retried; this one is {existing.status}.",
-            code="chunk_not_failed",
-            details={"status": existing.status},
-        )
-    if dry_run:
-        return chunk
-    await record_event(
-        session,
-        tenant_id=tenant_id,
-        actor=who.actor,
-        action="chunk.retried",
-        target_type="chunk",
-        target_id=str(chunk_id),
-        request_id=who.request_id,
-        summary={"seq": chunk.seq},
-    )
-    return chunk
+# --- purge, reads ------------------------------------------------------------------------
 
 
 async def purge_user(

@@ -40,7 +40,8 @@ from app.domain.audit.repositories import AuditRepository
 from app.domain.audit.services import event_row
 from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
 from app.domain.ingest.schemas import ChunkIn
-from app.domain.ingest.services import Accepted, body_hash, wake_up_jobs
+from app.domain.ingest.services import Accepted, body_hash, wake_ups
+from app.domain.pipeline.repositories import PipelineRepository
 from app.lib import metrics
 from app.lib.errors import ApiError, ConflictError, data_error, is_db_outage
 from app.lib.queue import JobQueue
@@ -269,7 +270,7 @@ class IngestBatcher:
                             summary={"user_id": chunk.user_id, "seq": seq},
                         )
                     )
-            inserted = await chunks.insert_many(new_rows)
+            inserted = await PipelineRepository(session).insert_many(new_rows)
             if len(inserted) != len(new_rows):
                 # Another process committed one of these idempotency keys first: answer from its chunk.
                 await self._resolve_lost_races(session, plans, inserted)
@@ -284,7 +285,9 @@ class IngestBatcher:
             results = [a for a in plan if a is not None]
             if not request.future.done():
                 request.future.set_result(results)
-            jobs.extend(wake_up_jobs(request.principal.tenant_id, [r for r in results if not r.replayed]))
+            jobs.extend(
+                w.job() for w in wake_ups(request.principal.tenant_id, [r for r in results if not r.replayed])
+            )
         return jobs
 
     @staticmethod

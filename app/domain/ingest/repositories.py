@@ -1,11 +1,12 @@
-"""SQL of chunks and scopes. Ingestion writes in bulk: one statement per kind of row per batch."""
+"""SQL of ingestion: the scopes' `seq` counters, and the reads of chunks ingestion and the API make.
+Chunks are written by the chunk queue alone (`pipeline/repositories.py`)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy import Table, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
@@ -141,15 +142,6 @@ class ChunkRepository:
         )
         return {int(seq): chunk_id for seq, chunk_id in rows}
 
-    async def insert_imported(self, rows: Sequence[dict[str, Any]]) -> int:
-        """Chunks of another instance's export (`transfer`); those already here are left as they are.
-        How many were new."""
-        if not rows:
-            return 0
-        table = cast("Table", Chunk.__table__)
-        stmt = insert(table).on_conflict_do_nothing(index_elements=[table.c.id]).returning(table.c.id)
-        return len((await self.session.execute(stmt, list(rows))).all())
-
     async def by_idempotency_keys(
         self, pairs: Sequence[tuple[uuid.UUID, str]]
     ) -> dict[tuple[uuid.UUID, str], Chunk]:
@@ -183,21 +175,3 @@ class ChunkRepository:
             rows = await self.session.execute(_UNFINISHED_PER_TENANT, params)
             per_tenant.update({t: int(n) for t, n in rows})
         return per_scope, per_tenant
-
-    async def insert_many(self, rows: Sequence[dict[str, Any]]) -> set[uuid.UUID]:
-        """Insert chunks; returns the ids inserted (a row whose idempotency key was taken meanwhile by
-        another process is skipped)."""
-        if not rows:
-            return set()
-        # Core executemany on the table: SQLAlchemy sends it as one multi-row INSERT ... RETURNING.
-        table = cast("Table", Chunk.__table__)
-        stmt = (
-            insert(table)
-            .on_conflict_do_nothing(
-                index_elements=[table.c.tenant_id, table.c.idempotency_key],
-                index_where=text("idempotency_key IS NOT NULL"),
-            )
-            .returning(table.c.id)
-        )
-        result = await self.session.execute(stmt, list(rows))
-        return set(result.scalars().all())

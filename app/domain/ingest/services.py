@@ -1,4 +1,4 @@
-"""Rules of ingestion: what a valid chunk is, how bodies are compared, which jobs wake the workers.
+"""Rules of ingestion: what a valid chunk is, how bodies are compared, which scopes to wake.
 
 The writing itself is done in bulk by `IngestBatcher` (group commit); these are the pieces it and
 the controllers share.
@@ -18,11 +18,10 @@ from app.config import Settings
 from app.db.models import Chunk
 from app.domain.ingest.repositories import ChunkRepository
 from app.domain.ingest.schemas import ChunkIn
+from app.domain.pipeline.wakeups import ScopeWake, WakeReason, scope_wake
 from app.lib.errors import ApiError, NotFoundError
 from app.lib.validation import encode_moment
 from app.writers.registry import WriterRegistry
-
-PROCESS_SCOPE_JOB = "process_scope"
 
 
 @dataclass(frozen=True)
@@ -71,26 +70,11 @@ def validate_chunks(chunks: Sequence[ChunkIn], settings: Settings, registry: Wri
             )
 
 
-def scope_job_name(tenant_id: uuid.UUID | str, user_id: str) -> str:
-    """The name of a scope's drain jobs (`JobQueue`'s `_once_per_drain`)."""
-    return f"scope:{tenant_id}:{user_id}"
-
-
-def wake_up_jobs(tenant_id: uuid.UUID, accepted: Sequence[Accepted]) -> list[tuple[str, dict[str, object]]]:
-    """One wake-up per scope touched, once per drain: chunks accepted before the scope's next drain
-    starts share one job, however many requests brought them."""
-    users = dict.fromkeys(result.user_id for result in accepted)
+def wake_ups(tenant_id: uuid.UUID, accepted: Sequence[Accepted]) -> list[ScopeWake]:
+    """One wake-up per scope touched (one job per drain: `pipeline.wakeups`)."""
     return [
-        (
-            PROCESS_SCOPE_JOB,
-            {
-                "tenant_id": str(tenant_id),
-                "user_id": user_id,
-                "_job_id": scope_job_name(tenant_id, user_id),
-                "_once_per_drain": True,
-            },
-        )
-        for user_id in users
+        scope_wake(tenant_id, user_id, WakeReason.ACCEPTED)
+        for user_id in dict.fromkeys(result.user_id for result in accepted)
     ]
 
 

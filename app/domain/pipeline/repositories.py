@@ -1,4 +1,6 @@
-"""SQL the pipeline needs: the next chunk of a scope, its context, its outcome, and stranded scopes.
+"""The chunk queue's SQL, the only writer of `chunks`: chunks accepted, imported or fed to a shadow
+bank; the next chunk of a scope claimed, its context read, its outcome marked; a failed chunk queued
+again; and the scopes stranded with no job.
 
 The worker runs these for every chunk, so each statement is built once at import, with bind
 parameters, and only executed per call: building SQLAlchemy expressions costs more CPU than the
@@ -28,6 +30,7 @@ from sqlalchemy import (
     true,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Chunk, Tenant
@@ -371,3 +374,54 @@ class PipelineRepository:
         read across tenants, through a function of the tables' owner (migration 0008)."""
         rows = await self.session.execute(_STRANDED, {"p_age": min_age_s, "p_limit": limit})
         return [(r[0], r[1]) for r in rows]
+
+    # --- chunks coming in ---------------------------------------------------------------------
+
+    async def insert_many(self, rows: Sequence[dict[str, Any]]) -> set[uuid.UUID]:
+        """Insert chunks; returns the ids inserted (a row whose idempotency key was taken meanwhile by
+        another process is skipped)."""
+        if not rows:
+            return set()
+        # Core executemany on the table: SQLAlchemy sends it as one multi-row INSERT ... RETURNING.
+        table = cast("Table", Chunk.__table__)
+        stmt = (
+            insert(table)
+            .on_conflict_do_nothing(
+                index_elements=[table.c.tenant_id, table.c.idempotency_key],
+                index_where=text("idempotency_key IS NOT NULL"),
+            )
+            .returning(table.c.id)
+        )
+        result = await self.session.execute(stmt, list(rows))
+        return set(result.scalars().all())
+
+    async def insert_imported(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Chunks of another instance's export (`transfer`); those already here are left as they are.
+        How many were new."""
+        if not rows:
+            return 0
+        table = cast("Table", Chunk.__table__)
+        stmt = insert(table).on_conflict_do_nothing(index_elements=[table.c.id]).returning(table.c.id)
+        return len((await self.session.execute(stmt, list(rows))).all())
+
+    # --- an admin's retry ----------------------------------------------------------------------
+
+    async def requeue_failed(self, tenant_id: uuid.UUID, chunk_id: uuid.UUID) -> Chunk | None:
+        """A failed chunk back to `queued` with fresh attempts; None if it is not failed."""
+        return await self.session.scalar(
+            update(Chunk)
+            .where(Chunk.tenant_id == tenant_id, Chunk.id == chunk_id, Chunk.status == "failed")
+            .values(
+                status="queued",
+                attempts=0,
+                last_error=None,
+                available_at=func.now(),
+                updated_at=func.now(),
+            )
+            .returning(Chunk)
+        )
+
+    async def chunk(self, tenant_id: uuid.UUID, chunk_id: uuid.UUID) -> Chunk | None:
+        return await self.session.scalar(
+            select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.id == chunk_id)
+        )

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import Memory, Review
 from app.domain.accounts.auth import requires_role
 from app.domain.accounts.services import Principal
-from app.domain.history.services import Actor
+from app.domain.audit.services import Actor
 from app.domain.memories.services import decode_cursor, encode_cursor
 from app.domain.reviews import services
 from app.domain.reviews.repositories import ReviewRepository

@@ -15,8 +15,7 @@ import uuid
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Review
-from app.domain.audit.services import record_event
-from app.domain.history.services import Actor
+from app.domain.audit.services import Actor, record_event
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
 from app.domain.reviews.repositories import ReviewRepository
 from app.embeddings import Embedder

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated, Any
 
 import msgspec
@@ -16,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.domain.accounts.auth import requires_role
 from app.domain.accounts.services import Principal
 from app.domain.audit.services import record_event
-from app.domain.ingest.services import PROCESS_SCOPE_JOB
+from app.domain.pipeline.wakeups import WakeReason, scope_wake
 from app.domain.shadows import services
 from app.domain.shadows.compare import compare_banks
 from app.domain.shadows.replay import UnknownReplayWriterError, start_replay
@@ -92,17 +91,7 @@ class ShadowController(Controller):
             summary={"writer": bank.writer, "fed": len(fed), **bank.as_json()},
         )
         queue: JobQueue = request.app.state.job_queue
-        jobs = [
-            (
-                PROCESS_SCOPE_JOB,
-                {
-                    "tenant_id": str(bank.id),
-                    "user_id": user,
-                    "_job_id": f"replay:{bank.id}:{user}:{uuid.uuid4().hex[:8]}",
-                },
-            )
-            for user in dict.fromkeys(fed)
-        ]
+        jobs = [scope_wake(bank.id, user, WakeReason.REPLAYED).job() for user in dict.fromkeys(fed)]
         out = ReplayOut(
             bank=await _bank_out(db_session, bank), fed=len(fed), complete=len(fed) < _REPLAY_FEED_LIMIT
         )

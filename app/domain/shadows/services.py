@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -172,7 +173,7 @@ class LiveFeeder:
         tenant_id: uuid.UUID,
         user_id: str,
         writers: tuple[str, ...],
-        named: dict[str, str] | None = None,
+        named: Mapping[str, str] | None = None,
     ) -> list[Bank]:
         """Copy the scope's new chunks into the live bank of each of `writers`; the banks that got any.
 

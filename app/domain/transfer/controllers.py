@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
-from litestar import Controller, Response, post
+from litestar import Controller, Request, Response, post
 from litestar.background_tasks import BackgroundTask
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, PathParameter
@@ -13,13 +12,16 @@ from litestar.status_codes import HTTP_200_OK
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.accounts.auth import requires_role
-from app.domain.history.controllers import AdminRequest
-from app.domain.ingest.services import PROCESS_SCOPE_JOB
+from app.domain.accounts.services import Principal
+from app.domain.pipeline.wakeups import WakeReason, scope_wake
 from app.domain.transfer.schemas import ImportIn, ImportOut
 from app.domain.transfer.services import import_batch
 from app.lib.queue import JobQueue
 
 UserId = Annotated[str, PathParameter(min_length=1, max_length=200)]
+
+
+AdminRequest = Request[Principal, Any, Any]
 
 
 class TransferController(Controller):
@@ -53,12 +55,5 @@ class TransferController(Controller):
             return Response(body)
         # Chunks the source had not finished are this instance's to write: wake a worker after the commit.
         queue: JobQueue = request.app.state.job_queue
-        job = (
-            PROCESS_SCOPE_JOB,
-            {
-                "tenant_id": str(request.user.tenant_id),
-                "user_id": user_id,
-                "_job_id": f"import:{user_id}:{uuid.uuid4().hex[:8]}",
-            },
-        )
+        job = scope_wake(request.user.tenant_id, user_id, WakeReason.IMPORTED).job()
         return Response(body, background=BackgroundTask(queue.enqueue_many, [job]))

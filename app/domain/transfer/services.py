@@ -27,6 +27,7 @@ from app.domain.audit.services import record_event
 from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
 from app.domain.memories.repositories import ChangesetRepository
 from app.domain.memories.version_writer import VersionWriter
+from app.domain.pipeline.repositories import PipelineRepository
 from app.domain.transfer.schemas import ChangesetRecord, ChunkRecord, ImportIn, MemoryRecord
 from app.embeddings import Embedder
 from app.lib.errors import ApiError
@@ -126,7 +127,9 @@ async def import_batch(
         "changesets": await ChangesetRepository(session).insert_imported(
             [_changeset_row(importer, c) for c in batch.changesets]
         ),
-        "chunks": await chunks.insert_imported([_chunk_row(importer, c) for c in batch.chunks]),
+        "chunks": await PipelineRepository(session).insert_imported(
+            [_chunk_row(importer, c) for c in batch.chunks]
+        ),
     }
     written["memories"], written["versions"] = await VersionWriter(session).write_imported(heads, versions)
     if any(written.values()):

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.models import Changeset, Chunk
-from app.domain.pipeline.services import PipelineDeps, process_scope
+from app.domain.pipeline.services import PipelineDeps, TenantOptionsCache, process_scope
 from app.embeddings import embedder_from_settings
 from app.server.asgi import create_app
 from app.writers.base import Op, OpKind, WriteRequest, WriteResult
@@ -247,7 +247,7 @@ async def test_a_cancelled_claim_gives_its_attempt_back(
     assert (chunk.status, chunk.attempts) == ("queued", 0)
 
 
-async def test_the_tenant_writer_cache_is_bounded(
+async def test_the_tenant_options_cache_is_bounded(
     pipeline_settings: Settings, engine: AsyncEngine, tenant: TenantKeys
 ) -> None:
     deps = PipelineDeps(
@@ -256,13 +256,13 @@ async def test_the_tenant_writer_cache_is_bounded(
         writers=WriterRegistry(pipeline_settings),
         embedder=embedder_from_settings(pipeline_settings),
         worker_name="test",
-        tenant_cache_size=3,
+        tenants=TenantOptionsCache(size=3),
     )
     try:
         tenants = [uuid.uuid4() for _ in range(5)] + [tenant.tenant_id]
         async with AsyncSession(deps.reads) as session:
             for tenant_id in tenants:
-                await deps.tenant_writer(session, tenant_id)
-        assert list(deps._tenant_options) == tenants[-3:]
+                await deps.tenants.get(session, tenant_id)
+        assert list(deps.tenants.entries) == tenants[-3:]
     finally:
         await deps.aclose()

@@ -18,7 +18,8 @@ from app.config import Settings
 from app.db.engine import create_engine
 from app.db.models import Changeset, Chunk, Memory, MemoryVersion
 from app.domain.pipeline.locks import scope_lock_key
-from app.domain.pipeline.services import PipelineDeps, ScopeRun, _process_next, process_scope
+from app.domain.pipeline.services import PipelineDeps, ScopeRun, process_scope
+from app.domain.pipeline.services.drain import _process_next
 from app.embeddings import embedder_from_settings
 from app.writers.registry import WriterRegistry
 from tests.conftest import TenantKeys

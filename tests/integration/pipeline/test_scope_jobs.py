@@ -12,7 +12,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.domain.ingest.services import scope_job_name
+from app.domain.pipeline.wakeups import scope_job_name
 from app.lib.queue import QUEUE_NAME, next_drain
 from tests.conftest import TenantKeys
 from tests.support.workers import chunk_counts, running_worker, wait_for_chunks

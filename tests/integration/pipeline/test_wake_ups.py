@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.models import Chunk
-from app.domain.ingest.services import scope_job_name
+from app.domain.pipeline.wakeups import scope_job_name
 from app.lib.queue import QUEUE_NAME, JobQueue, create_redis
 from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer

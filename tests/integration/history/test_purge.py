@@ -1,5 +1,4 @@
-"""The audit log over HTTP (listing, verification that finds tampering), failed-chunk retry, and
-the GDPR purge that removes a user's content everywhere but leaves a content-free audit event."""
+"""The GDPR purge: a user's content removed everywhere, leaving a content-free audit event."""
 
 from __future__ import annotations
 
@@ -13,135 +12,16 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.config import Settings
+from app.domain.audit.services import Actor
 from app.domain.history import services as history
-from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
+from app.domain.ingest.repositories import ScopeRepository
+from app.domain.pipeline.repositories import PipelineRepository
 from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys
+from tests.integration.audit.test_audit_log import _events, _verify
 from tests.support.history import memory, write
-from tests.support.workers import running_worker, wait_for_chunks
 
 Client = AsyncTestClient[Litestar]
-
-
-async def _events(client: Client, tenant: TenantKeys, **params: str) -> list[dict[str, object]]:
-    response = await client.get("/v1/admin/audit", params=params, headers=tenant.admin)
-    assert response.status_code == 200, response.text
-    return list(response.json()["items"])
-
-
-async def _verify(client: Client, tenant: TenantKeys) -> dict[str, object]:
-    response = await client.get("/v1/admin/audit/verify", headers=tenant.admin)
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-@pytest.mark.parametrize(
-    ("tamper", "broken_at"),
-    [
-        (["UPDATE audit_events SET summary = '{\"memories\": 0}' WHERE seq = 4"], 4),
-        (["DELETE FROM audit_events WHERE seq = 3"], 3),
-        (
-            [
-                "UPDATE audit_events SET seq = seq + 100 WHERE seq >= 2",
-                "INSERT INTO audit_events "
-                "(tenant_id, seq, actor, action, summary, created_at, prev_hash, hash) "
-                "SELECT tenant_id, 2, 'mallory', 'forged', '{}', now(), prev_hash, hash "
-                "FROM audit_events WHERE seq = 102",
-            ],
-            2,
-        ),
-    ],
-    ids=["changed", "deleted", "inserted"],
-)
-async def test_audit_lists_what_happened_and_verify_finds_tampering(
-    client: Client,
-    tenant: TenantKeys,
-    sessionmaker: async_sessionmaker[AsyncSession],
-    tamper: list[str],
-    broken_at: int,
-) -> None:
-    await write(sessionmaker, tenant.tenant_id, "u", [Op(OpKind.ADD, "The user lives in Lyon.")])
-    lyon = await memory(sessionmaker, "The user lives in Lyon.")
-    headers = tenant.admin | {"X-Request-ID": "req-edit-1"}
-    edited = await client.patch(
-        f"/v1/memories/{lyon.id}", json={"content": "The user lives in Oslo."}, headers=headers
-    )
-    assert edited.status_code == 200
-    rolled = await client.post(
-        f"/v1/admin/memories/{lyon.id}/rollback", json={"to_version": 1}, headers=tenant.admin
-    )
-    assert rolled.status_code == 200
-
-    events = await _events(client, tenant)
-    actions = [e["action"] for e in events]
-    assert actions == ["tenant.created", "api_key.created", "memory.updated", "memory.rolled_back"]
-    updated = events[2]
-    assert (updated["target_type"], updated["target_id"], updated["request_id"]) == (
-        "memory",
-        str(lyon.id),
-        "req-edit-1",
-    )
-    assert str(updated["actor"]).startswith("key:")
-    assert "Oslo" not in str(events)  # events say what happened, not what the memory says
-    assert [e["action"] for e in await _events(client, tenant, action="memory.updated")] == ["memory.updated"]
-    first = (await client.get("/v1/admin/audit", params={"limit": "3"}, headers=tenant.admin)).json()
-    rest = await _events(client, tenant, cursor=first["next_cursor"])
-    assert [e["action"] for e in first["items"] + rest] == actions
-
-    assert await _verify(client, tenant) == {
-        "ok": True,
-        "checked": 4,
-        "unsealed": 0,
-        "broken_at_seq": None,
-        "reason": None,
-    }
-    async with sessionmaker() as session, session.begin():
-        # As the database owner would: with the append-only trigger switched off.
-        await session.execute(text("SET LOCAL session_replication_role = replica"))
-        for statement in tamper:
-            await session.execute(text(statement))
-    verdict = await _verify(client, tenant)
-    assert (verdict["ok"], verdict["broken_at_seq"]) == (False, broken_at)
-    assert verdict["checked"] == broken_at - 1
-
-
-async def test_retry_requeues_a_failed_chunk_and_a_worker_applies_it(
-    client: Client, tenant: TenantKeys, settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
-) -> None:
-    body = {"user_id": "u", "messages": [{"role": "user", "content": "I live in Lyon."}]}
-    chunk_id = (await client.post("/v1/chunks", json=body, headers=tenant.admin)).json()["chunk_id"]
-    async with sessionmaker() as session, session.begin():
-        await session.execute(
-            text(
-                "UPDATE chunks SET status = 'failed', attempts = 5, last_error = 'writer timed out' "
-                "WHERE id = :id"
-            ),
-            {"id": chunk_id},
-        )
-    dry = await client.post(
-        f"/v1/admin/chunks/{chunk_id}/retry", json={"dry_run": True}, headers=tenant.admin
-    )
-    assert dry.status_code == 200, dry.text
-    assert (dry.json()["status"], dry.json()["dry_run"]) == ("queued", True)
-    assert (await client.get(f"/v1/chunks/{chunk_id}", headers=tenant.admin)).json()["status"] == "failed"
-    retried = await client.post(f"/v1/admin/chunks/{chunk_id}/retry", headers=tenant.admin)
-    assert retried.status_code == 200, retried.text
-    assert retried.json()["status"] == "queued"
-    status = (await client.get(f"/v1/chunks/{chunk_id}", headers=tenant.admin)).json()
-    assert (status["status"], status["attempts"], status["error"]) == ("queued", 0, None)
-    again = await client.post(f"/v1/admin/chunks/{chunk_id}/retry", headers=tenant.admin)
-    assert (again.status_code, again.json()["error"]["code"]) == (409, "chunk_not_failed")
-    missing = await client.post(
-        "/v1/admin/chunks/00000000-0000-0000-0000-000000000000/retry", headers=tenant.admin
-    )
-    assert missing.status_code == 404
-
-    async with running_worker(settings):
-        assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 1) == {"applied": 1}
-    listing = (await client.get("/v1/memories", params={"user_id": "u"}, headers=tenant.admin)).json()
-    assert [m["content"] for m in listing["items"]] == ["The user lives in Lyon."]
-    assert "chunk.retried" in [e["action"] for e in await _events(client, tenant)]
 
 
 SECRET = "Zanzibar-7731"
@@ -253,7 +133,7 @@ async def test_a_purge_beside_an_ingestion_leaves_no_chunk_and_numbering_goes_on
         # What a group commit does: take the scope's next seq (locking its row), then insert the chunk.
         last = await ScopeRepository(ingestion).allocate_seqs({(tenant.tenant_id, "victim"): 1})
         assert last == {(tenant.tenant_id, "victim"): 2}
-        await ChunkRepository(ingestion).insert_many(
+        await PipelineRepository(ingestion).insert_many(
             [
                 {
                     "id": uuid.uuid4(),
@@ -268,9 +148,7 @@ async def test_a_purge_beside_an_ingestion_leaves_no_chunk_and_numbering_goes_on
 
         async def purge() -> dict[str, int]:
             async with sessionmaker() as session, session.begin():
-                return await history.purge_user(
-                    session, tenant.tenant_id, "victim", who=history.Actor("test")
-                )
+                return await history.purge_user(session, tenant.tenant_id, "victim", who=Actor("test"))
 
         purging = asyncio.create_task(purge())
         await _wait_for_a_lock_wait(sessionmaker)

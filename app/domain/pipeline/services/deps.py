@@ -1,0 +1,179 @@
+"""What a worker process shares between the scopes it drains: its clients (database, writers,
+embedder, scope locks, the applier), and the three things it keeps about tenants and itself — their
+options, cached a while (`TenantOptionsCache`); how long its chunks have met faults outside Postgres
+(`OutageClock`); and what a chunk's ops may do (`LimitsPolicy`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Protocol
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from app.config import Settings
+from app.domain.memories.services import ApplyLimits
+from app.domain.pipeline.applier import Applier
+from app.domain.pipeline.locks import ScopeLocks
+from app.domain.pipeline.repositories import PipelineRepository, TenantOptions
+from app.domain.pipeline.services.failures import outage_backoff
+from app.domain.search.services import EmbedderMismatchError, Searcher
+from app.embeddings import Embedder
+from app.embeddings.openai import EmbeddingError
+from app.writers.base import OpKind, strictest
+from app.writers.registry import UnknownWriterError, WriterRegistry
+
+# Faults outside Postgres that are not the chunk's: its claim is given back, its attempt not counted.
+OUTAGES = (EmbeddingError, EmbedderMismatchError, UnknownWriterError)
+
+
+class FedBank(Protocol):
+    @property
+    def id(self) -> uuid.UUID: ...
+
+
+class BankFeeder(Protocol):
+    """Copies a tenant scope's new chunks into the live banks of its shadow writers (`shadows`)."""
+
+    async def feed_scope(
+        self,
+        tenant_id: uuid.UUID,
+        user_id: str,
+        writers: tuple[str, ...],
+        named: Mapping[str, str] | None = None,
+    ) -> Sequence[FedBank]: ...
+
+
+@dataclass
+class TenantOptionsCache:
+    """Tenants' options for the pipeline (writer, shadows, destructive-ops policy), read from Postgres
+    and kept `ttl_s`: they change rarely and may lag a little. At most `size` tenants, the least
+    recently read dropped first."""
+
+    size: int = 4096
+    ttl_s: float = 30.0
+    # tenant -> (its options, when read), oldest read first
+    entries: dict[uuid.UUID, tuple[TenantOptions, float]] = field(default_factory=dict)
+
+    async def get(self, session: AsyncSession, tenant_id: uuid.UUID) -> TenantOptions:
+        cached = self.entries.get(tenant_id)
+        if cached is not None and time.monotonic() - cached[1] < self.ttl_s:
+            return cached[0]
+        options = await PipelineRepository(session).tenant_options(tenant_id)
+        self.entries.pop(tenant_id, None)  # re-inserted last: the most recently read
+        self.entries[tenant_id] = (options, time.monotonic())
+        while len(self.entries) > self.size:
+            del self.entries[next(iter(self.entries))]
+        return options
+
+
+@dataclass
+class OutageClock:
+    """Since when this process's chunks meet faults outside Postgres (monotonic clock); None once a
+    chunk gets through again. The backoff of such a fault grows with it."""
+
+    settings: Settings
+    since: float | None = None
+
+    def backoff(self) -> timedelta:
+        """The delay before a chunk that met a fault outside Postgres is tried again."""
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        return outage_backoff(self.settings, now - self.since)
+
+    def over(self) -> None:
+        self.since = None
+
+
+@dataclass(frozen=True)
+class LimitsPolicy:
+    """What a writer's result may do: the deployment's limits, the destructive-ops policy of the
+    tenant and the writer, and which writers shadow a tenant."""
+
+    settings: Settings
+    writers: WriterRegistry
+
+    @property
+    def base(self) -> ApplyLimits:
+        return ApplyLimits(
+            max_ops=self.settings.writer_max_ops,
+            max_chars=self.settings.max_memory_chars,
+            duplicate_threshold=self.settings.duplicate_threshold,
+        )
+
+    def for_chunk(self, options: TenantOptions, writer: str) -> ApplyLimits:
+        """The limits of a chunk of this tenant by this writer: the destructive-ops policy is the
+        stricter of the tenant's (else the deployment's) and the writer's own (writers file). A shadow
+        bank applies everything: what its writer would destroy is what the comparison reports."""
+        if options.shadow_of is not None:
+            return self.base
+        own = options.destructive_ops or self.settings.destructive_ops
+        policy = strictest(own, self.writers.policy(writer))
+        kinds = options.destructive_kinds or tuple(self.settings.destructive_kinds)
+        return replace(self.base, destructive=policy, destructive_kinds=frozenset(OpKind(k) for k in kinds))
+
+    def shadow_writers(self, options: TenantOptions) -> tuple[str, ...]:
+        """The writers that shadow a tenant: its own setting, else the deployment's; a bank has none."""
+        if options.shadow_of is not None:
+            return ()
+        if options.shadow_writers is not None:
+            return options.shadow_writers
+        return tuple(self.settings.shadow_writers)
+
+
+@dataclass
+class PipelineDeps:
+    """What a worker process shares between its jobs."""
+
+    engine: AsyncEngine
+    settings: Settings
+    writers: WriterRegistry
+    embedder: Embedder
+    worker_name: str
+    # Feeds tenants' live shadow banks as their scopes are taken up (the worker's; none elsewhere).
+    feeder: BankFeeder | None = None
+    tenants: TenantOptionsCache = field(default_factory=TenantOptionsCache)
+    outage: OutageClock = field(init=False)
+    policy: LimitsPolicy = field(init=False)
+    locks: ScopeLocks = field(init=False)
+    applier: Applier = field(init=False)
+    # The same pool without transactions: a chunk's claim and the reads that prepare its writer call
+    # are single statements that need no BEGIN / COMMIT round trips around them.
+    reads: AsyncEngine = field(init=False)
+    # Shadow banks drained at once by this process, in slots of their own (`MEMSTORE_SHADOW_MAX_JOBS`),
+    # and no bank in more than half of them.
+    shadow_slots: asyncio.Semaphore = field(init=False)
+    bank_slots: dict[uuid.UUID, asyncio.Semaphore] = field(default_factory=dict)
+    _searcher: Searcher | None = None
+
+    def __post_init__(self) -> None:
+        self.outage = OutageClock(self.settings)
+        self.policy = LimitsPolicy(self.settings, self.writers)
+        self.locks = ScopeLocks(self.engine)
+        self.applier = Applier(self.engine, self.actor)
+        self.reads = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.shadow_slots = asyncio.Semaphore(self.settings.shadow_max_jobs)
+
+    @property
+    def searcher(self) -> Searcher:
+        """Candidate retrieval: the search clients use, with this process's embedder."""
+        if self._searcher is None:
+            self._searcher = Searcher(self.settings, self.embedder)
+        return self._searcher
+
+    @property
+    def actor(self) -> str:
+        return f"worker:{self.worker_name}"
+
+    async def aclose(self) -> None:
+        """Finish the apply in progress, release the scope locks, close the writer and embedder clients."""
+        await self.applier.aclose()
+        await self.locks.aclose()
+        await self.writers.aclose()
+        await self.embedder.aclose()

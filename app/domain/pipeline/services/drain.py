@@ -1,0 +1,297 @@
+"""Draining a scope: its ready chunks one at a time in `seq` order, each claimed, written and applied
+(or its failure recorded), under the scope's lock (see the package's docstring for the invariants).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.tenancy import tenant_scope
+from app.domain.memories.services import ApplyRequest, Provenance, embed_ops
+from app.domain.pipeline.applier import ApplyInterruptedError, Result
+from app.domain.pipeline.locks import Lease, scope_lock_key
+from app.domain.pipeline.repositories import ChunkRow, Claim, PipelineRepository
+from app.domain.pipeline.services.deps import OUTAGES, PipelineDeps
+from app.domain.pipeline.services.failures import (
+    describe,
+    fail,
+    failed_attempt,
+    give_back,
+    jittered,
+    outage,
+)
+from app.domain.pipeline.services.writer_view import WriterView, memory_at, writer_view
+from app.lib import metrics
+from app.lib.errors import is_db_outage
+from app.writers.base import Writer, WriteRequest, WriterError, WriteResult
+
+log = structlog.get_logger("app.domain.pipeline.services")
+
+
+@dataclass
+class ScopeRun:
+    """What one `process_scope` call did."""
+
+    applied: int = 0
+    failed: int = 0
+    retried: int = 0
+    skipped: int = 0
+    locked_elsewhere: bool = False
+    retry_at: datetime | None = None  # the scope waits for a chunk's backoff until then
+    lost_lock: bool = False  # the scope lock was found gone mid-run
+    no_shadow_slot: bool = False  # a shadow bank's scope put off: the process drains enough of them
+    fed: list[uuid.UUID] = field(default_factory=list)  # shadow banks that got the scope's new chunks
+    # The seq of the chunk claimed last under the current lease: the next claim reads on from there
+    # (`PipelineRepository.claim_next`).
+    claimed_seq: int | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "applied": self.applied,
+            "failed": self.failed,
+            "retried": self.retried,
+            "skipped": self.skipped,
+            "locked_elsewhere": self.locked_elsewhere,
+            "lost_lock": self.lost_lock,
+            "retry_at": self.retry_at.isoformat() if self.retry_at else None,
+            "no_shadow_slot": self.no_shadow_slot,
+            "fed": [str(b) for b in self.fed],
+        }
+
+
+async def take_up_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
+    """A job's work on a scope. A tenant's scope first feeds its new chunks to the tenant's live shadow
+    banks (`run.fed`: the caller wakes them), then is drained. A shadow bank's scope is drained in one
+    of the process's shadow slots, or put off for a moment when they are all taken, so shadows never
+    hold a slot the tenants' own scopes need.
+
+    The work reads and writes as the scope's tenant (with its shadow banks) and no other."""
+    with tenant_scope([tenant_id]):
+        return await _take_up_scope(deps, tenant_id, user_id)
+
+
+async def _take_up_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
+    async with AsyncSession(deps.reads) as session:
+        options = await deps.tenants.get(session, tenant_id)
+    if options.shadow_of is not None:
+        # No bank takes more than half the slots, so a slow shadow cannot starve the others either.
+        own = deps.bank_slots.setdefault(
+            tenant_id, asyncio.Semaphore(max(1, deps.settings.shadow_max_jobs // 2))
+        )
+        if deps.shadow_slots.locked() or own.locked():
+            return ScopeRun(no_shadow_slot=True, retry_at=datetime.now(UTC) + jittered(1.0))
+        async with deps.shadow_slots, own:
+            return await process_scope(deps, tenant_id, user_id)
+    fed: list[uuid.UUID] = []
+    if deps.feeder is not None and (writers := deps.policy.shadow_writers(options)):
+        try:
+            fed = [
+                bank.id
+                for bank in await deps.feeder.feed_scope(tenant_id, user_id, writers, options.shadow_since)
+            ]
+        except Exception as exc:
+            if is_db_outage(exc):
+                raise
+            log.warning("shadow.feed_failed", error=describe(exc), exc_info=True)
+    run = await process_scope(deps, tenant_id, user_id)
+    run.fed = fed
+    return run
+
+
+async def process_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
+    """Drain a scope's ready chunks in order, unless another worker is already doing so (as the scope's
+    tenant: `app.db.tenancy`)."""
+    with tenant_scope([tenant_id]):
+        return await _drain(deps, tenant_id, user_id)
+
+
+async def _drain(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
+    run = ScopeRun()
+    key = scope_lock_key(tenant_id, user_id)
+    while True:
+        lease = await deps.locks.try_acquire(key)
+        if lease is None:
+            run.locked_elsewhere = True
+            return run
+        run.claimed_seq = None
+        try:
+            while deps.locks.holds(lease) and await _process_next(deps, tenant_id, user_id, run, lease):
+                pass
+        finally:
+            await deps.locks.release(lease)
+        if run.lost_lock:
+            # Its connection died unnoticed: replace it, and come back to the scope in a moment.
+            await deps.locks.lost(lease)
+            run.retry_at = datetime.now(UTC) + timedelta(seconds=1)
+        if run.retry_at is not None:
+            return run
+        # A wake-up that arrived while we held the lock gave up on it; make sure its chunk is not left
+        # behind by looking again now that the lock is released.
+        async with AsyncSession(deps.reads) as session:
+            if not await PipelineRepository(session).has_ready(tenant_id, user_id):
+                return run
+
+
+async def _process_next(
+    deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: ScopeRun, lease: Lease
+) -> bool:
+    """Handle the scope's next chunk; False when there is nothing (ready) left.
+
+    The claim (attempts + 1, so a chunk that kills its worker is eventually failed) and the reads for
+    the writer's view are single statements outside any transaction, on one connection taken from the
+    pool once; the result is applied, and the chunk marked applied, in one transaction shared with
+    other scopes' results (`Applier`). Nothing is held open while the writer thinks or the embedder
+    answers.
+    """
+    view: WriterView | None = None
+    failure: BaseException | None = None
+    async with AsyncSession(deps.reads, expire_on_commit=False) as session:
+        claim = await PipelineRepository(session).claim_next(
+            tenant_id, user_id, deps.settings.max_attempts, lease, from_seq=run.claimed_seq
+        )
+        if claim.claimed is not None:
+            run.claimed_seq = claim.claimed.seq
+            try:
+                view = await writer_view(session, deps, claim.claimed)
+            except BaseException as exc:  # noqa: BLE001  (handled below, the connection back in the pool)
+                failure = exc
+    chunk = claim.claimed
+    if chunk is None:  # the common case is an empty scope
+        return await _nothing_claimed(deps, claim, run)
+    try:
+        if failure is not None:
+            raise failure
+        assert view is not None
+        return await _process_claimed(deps, chunk, run, view)
+    except asyncio.CancelledError:  # the worker is stopping: this attempt was not made
+        await give_back(deps, chunk)
+        raise
+    except Exception as exc:
+        if is_db_outage(exc) or isinstance(exc, ApplyInterruptedError):
+            await give_back(deps, chunk)  # if Postgres answers; the job is retried (`jobs`)
+            raise
+        if isinstance(exc, OUTAGES) and getattr(exc, "transient", True):
+            return await outage(deps, chunk, run, exc)
+        # Anything else is this chunk's failed attempt: a poison chunk fails, alone, after its attempts.
+        log.exception("chunk.error", chunk_id=str(chunk.id), seq=chunk.seq)
+        return await failed_attempt(deps, chunk, run, describe(exc), writer_name=chunk.writer or "default")
+
+
+async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun, view: WriterView) -> bool:
+    """The writer's call for a claimed chunk, and its result applied or its failure recorded."""
+    settings = deps.settings
+    options, writer, request, shown = view.options, view.writer, view.request, view.shown
+
+    log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
+    started = time.perf_counter()
+    result, error, raw, attempt_limit, usage = await _call_writer(writer, request, settings.writer_timeout_s)
+    metrics.WRITER_LATENCY.labels(writer.name, "error" if error else "ok").observe(
+        time.perf_counter() - started
+    )
+    if error is not None:
+        return await failed_attempt(
+            deps, chunk, run, error, raw, attempt_limit, writer_name=writer.name, usage=usage
+        )
+
+    assert result is not None
+    apply_request = ApplyRequest(
+        tenant_id=chunk.tenant_id,
+        user_id=chunk.user_id,
+        ops=result.ops,
+        shown=shown,
+        provenance=Provenance(
+            actor=deps.actor,
+            kind="writer",
+            writer=writer.name,
+            model=writer.model,
+            profile=writer.profile,
+            prompt_hash=result.prompt_hash,
+            chunk_id=chunk.id,
+        ),
+        agent_id=chunk.agent_id,
+        run_id=chunk.run_id,
+        memory_at=memory_at(chunk),
+        raw_output=result.raw_output,
+        usage=result.usage,
+        guards=result.guards,
+        limits=deps.policy.for_chunk(options, writer.name),
+    )
+    # Embedded here, before the apply's transaction locks anything.
+    vectors = await embed_ops(deps.embedder, [apply_request])
+    started = time.perf_counter()
+    outcome = await deps.applier.apply(Result(chunk, apply_request, vectors, len(request.context)))
+    deps.outage.over()
+    if outcome is None:  # applied meanwhile by an earlier delivery
+        run.skipped += 1
+        return True
+    metrics.APPLY_LATENCY.observe(time.perf_counter() - started)
+    metrics.CHUNKS_FINISHED.labels("applied", writer.name).inc()
+    for guard in outcome.guards:
+        metrics.GUARDS_FIRED.labels(guard["guard"]).inc()
+    log.info(
+        "chunk.applied",
+        chunk_id=str(chunk.id),
+        seq=chunk.seq,
+        ops=outcome.applied,
+        guards=len(outcome.guards),
+        held=len(outcome.reviews),
+    )
+    run.applied += 1
+    return True
+
+
+async def _nothing_claimed(deps: PipelineDeps, claim: Claim, run: ScopeRun) -> bool:
+    """Why the claim took nothing: the lock is gone, the scope is empty, its next chunk has used up its
+    attempts (failed now: True, go on), or it is backing off (`run.retry_at`)."""
+    settings = deps.settings
+    pending = claim.next
+    if not claim.lock_held:
+        run.lost_lock = True
+        return False
+    if pending is None:
+        return False
+    if pending.attempts >= settings.max_attempts:
+        # Every attempt so far ended with the worker dying mid-way (a poison chunk): give up on it.
+        await fail(deps, pending, f"gave up after {pending.attempts} attempts", None, final=True)
+        metrics.CHUNKS_FINISHED.labels("failed", pending.writer or "default").inc()
+        run.failed += 1
+        return True
+    # Backing off; or, if it was due, changed under the claim (a concurrent retry or purge): look again
+    # in a moment.
+    now = datetime.now(UTC)
+    run.retry_at = pending.available_at if pending.available_at > now else now + timedelta(seconds=1)
+    return False
+
+
+_WriterOutcome = (
+    tuple[WriteResult, None, None, None, None]
+    | tuple[None, str, str | None, int | None, dict[str, Any] | None]
+)
+
+
+async def _call_writer(writer: Writer, request: WriteRequest, timeout_s: float) -> _WriterOutcome:
+    """The writer's result, or why it failed, what it said (for inspection), how many attempts such a
+    failure deserves and the calls' token usage. A fault outside Postgres met by the writer's
+    searches is raised as is."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await writer.write(request), None, None, None, None
+    except OUTAGES:
+        raise  # the writer's own search (`request.search`) met a fault that is neither its nor the chunk's
+    except WriterError as exc:
+        if isinstance(exc.__cause__, OUTAGES):
+            raise exc.__cause__ from exc
+        usage = getattr(exc, "usage", None)
+        return None, f"writer error: {exc}", exc.raw_output, exc.attempt_limit, usage
+    except TimeoutError:
+        return None, f"writer timed out after {timeout_s:g} s", None, None, None
+    except Exception as exc:  # noqa: BLE001  (any writer bug is a failed attempt, not a dead worker)
+        return None, f"writer raised {type(exc).__name__}: {exc}", None, None, None
