@@ -180,6 +180,34 @@ _GIVE_BACK = (
 
 _STRANDED = text("SELECT tenant_id, user_id FROM memstore_stranded_scopes(:p_age, :p_limit)")
 
+# A chunk fed to a bank carries its source chunk's id as its idempotency key: the unique index on
+# (tenant, idempotency key) makes feeding the same chunk twice a no-op, and comparison pairs chunks
+# of two banks by it.
+SOURCE_PREFIX = "src:"  # written out in the statements below
+
+# The scope's chunks the bank has not had yet, in `seq` order. A scope's `seq` is handed out under its
+# row lock, so chunks commit in `seq` order and the bank's highest `seq` is a watermark: everything
+# above it is new. The same `seq` keeps the bank's scopes in the order of the source's.
+_FEED = text(
+    """
+    INSERT INTO chunks (id, tenant_id, user_id, agent_id, run_id, seq, messages, metadata,
+                        idempotency_key, body_hash, writer, received_at)
+    SELECT gen_random_uuid(), :p_bank, c.user_id, c.agent_id, c.run_id, c.seq, c.messages, c.metadata,
+           'src:' || c.id::text, c.body_hash, :p_writer, c.received_at
+    FROM chunks c
+    WHERE c.tenant_id = :p_source
+      AND (CAST(:p_user AS text) IS NULL OR c.user_id = :p_user)
+      AND c.received_at >= :p_since
+      AND (CAST(:p_until AS timestamptz) IS NULL OR c.received_at < :p_until)
+      AND c.seq > coalesce(
+          (SELECT max(b.seq) FROM chunks b WHERE b.tenant_id = :p_bank AND b.user_id = c.user_id), 0)
+    ORDER BY c.user_id, c.seq
+    LIMIT :p_limit
+    ON CONFLICT DO NOTHING
+    RETURNING user_id
+    """
+)
+
 _TENANT_OPTIONS = select(
     Tenant.settings["writer"].astext,
     Tenant.settings["shadow_writers"],
@@ -425,3 +453,32 @@ class PipelineRepository:
         return await self.session.scalar(
             select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.id == chunk_id)
         )
+
+    # --- a shadow bank's chunks -----------------------------------------------------------------
+
+    async def feed_bank(
+        self,
+        *,
+        bank_id: uuid.UUID,
+        source_id: uuid.UUID,
+        writer: str,
+        since: datetime,
+        until: datetime | None = None,
+        user_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[str]:
+        """Copy up to `limit` of the source's chunks the bank has not had into it, queued for `writer`;
+        the users of the copied chunks, one per chunk."""
+        rows = await self.session.execute(
+            _FEED,
+            {
+                "p_bank": bank_id,
+                "p_source": source_id,
+                "p_writer": writer,
+                "p_since": since,
+                "p_until": until,
+                "p_user": user_id,
+                "p_limit": limit,
+            },
+        )
+        return [r[0] for r in rows]

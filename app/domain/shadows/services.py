@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from app.domain.pipeline.repositories import PipelineRepository
 from app.domain.shadows.repositories import Progress, ShadowRepository
 from app.lib.errors import ApiError, NotFoundError
 
@@ -142,7 +143,7 @@ async def feed(
     the users of the copied chunks, one per chunk. Feeding again adds nothing twice."""
     if target.user_id is not None and user_id is not None and user_id != target.user_id:
         return []
-    return await ShadowRepository(session).feed(
+    return await PipelineRepository(session).feed_bank(
         bank_id=target.id,
         source_id=target.parent_id,
         writer=target.writer,
