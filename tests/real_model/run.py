@@ -106,8 +106,8 @@ def run_eval(base_url: str, timings: dict[str, float]) -> int | None:
     """`memstore eval locomo --sample 5 --seed 1` on conversation 1, the small model writing (the
     `openai` writer, hy-memory profile, beside the offline one), answering and judging; None when
     this checkout has no `memstore eval` or ../shared/data has no LoCoMo."""
-    if not (ROOT / "app" / "cli_eval.py").is_file():
-        say("memstore eval locomo: not in this checkout (app/cli_eval.py missing); step skipped")
+    if not (ROOT / "app" / "cli" / "eval.py").is_file():
+        say("memstore eval locomo: not in this checkout (app/cli/eval.py missing); step skipped")
         return None
     if not LOCOMO.is_file():
         say(f"memstore eval locomo: {LOCOMO} missing; step skipped")

@@ -20,7 +20,8 @@ import httpx
 import structlog
 import typer
 
-from app import cli_eval, cli_history, cli_references, cli_search, cli_shadows, cli_transfer
+from app.cli import eval as eval_cli
+from app.cli import history, references, search, shadows, transfer
 from app.config import Settings, get_settings
 from app.lib.logging import configure_logging
 
@@ -346,12 +347,12 @@ def _embedded_refusal() -> Iterator[None]:
         raise typer.Exit(1) from exc
 
 
-cli_eval.register(cli)
-cli_history.register(cli)
-cli_references.register(cli)
-cli_search.register(cli)
-cli_shadows.register(cli)
-cli_transfer.register(cli)
+eval_cli.register(cli)
+history.register(cli)
+references.register(cli)
+search.register(cli)
+shadows.register(cli)
+transfer.register(cli)
 
 
 def main() -> None:

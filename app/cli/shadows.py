@@ -28,7 +28,7 @@ TenantName = Annotated[str, typer.Option("--tenant", help="Tenant name.")]
 
 def _moment(value: str | None) -> datetime | None:
     """A time from the command line, as the history commands read one (RFC 3339; without a zone, UTC)."""
-    from app.cli_history import _moment as moment
+    from app.cli.history import _moment as moment
 
     return None if value is None else moment(value)
 
