@@ -12,9 +12,10 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
 WORKDIR /src
-# .dockerignore keeps the context to what `pip install .` needs.
+# .dockerignore keeps the context to what `pip install ./client .` needs (the SDK first: the
+# server depends on it).
 COPY . .
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir ./client . \
     && memstore references install
 
 # --- runtime: the virtualenv only, run as an unprivileged user ------------------------------

@@ -11,16 +11,16 @@ STAMP := $(VENV)/.installed
 help: ## Show this help
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ./client -e ".[dev]"
 	$(BIN)/memstore references install
 	touch $(STAMP)
 
 .PHONY: install
-install: $(STAMP) ## Create .venv and install Memstore with its dev tools
+install: $(STAMP) ## Create .venv and install Memstore, its SDK (client/) and its dev tools
 
 .PHONY: run
 run: $(STAMP) ## Run everything locally: embedded Postgres + Redis, API on :8000, one worker
@@ -49,16 +49,16 @@ test-real-model: $(STAMP) ## Opt-in: every writer profile against a real small m
 
 .PHONY: lint
 lint: $(STAMP) ## Lint and check formatting (ruff)
-	$(BIN)/ruff check app workers tests migrations bench
-	$(BIN)/ruff format --check app workers tests migrations/env.py bench
+	$(BIN)/ruff check app workers client tests migrations bench
+	$(BIN)/ruff format --check app workers client tests migrations/env.py bench
 
 .PHONY: format
 format: $(STAMP) ## Format the code (ruff)
-	$(BIN)/ruff format app workers tests migrations/env.py bench
-	$(BIN)/ruff check --fix app workers tests migrations bench
+	$(BIN)/ruff format app workers client tests migrations/env.py bench
+	$(BIN)/ruff check --fix app workers client tests migrations bench
 
 .PHONY: typecheck
-typecheck: $(STAMP) ## Type-check app/ and workers/ (mypy strict)
+typecheck: $(STAMP) ## Type-check app/, workers/ and the SDK in client/ (mypy strict)
 	$(BIN)/mypy
 
 .PHONY: migrate

@@ -28,10 +28,9 @@ from typing import IO, Annotated, Any
 
 import msgspec
 import typer
+from memstore_client import Client, MemstoreError, models
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from app.client import Client, MemstoreError, models
 
 import_cli = typer.Typer(help="Load conversations into a running Memstore (resumable).", no_args_is_help=True)
 

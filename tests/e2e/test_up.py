@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,56 +18,9 @@ import psutil
 import pytest
 
 from tests.conftest import server_dir
+from tests.e2e.conftest import admin_key, free_port, memstore_env, start_up, wait_ready
 
 pytestmark = pytest.mark.e2e
-
-READY_WITHIN_S = 30
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
-    env["MEMSTORE_LOG_FORMAT"] = "json"
-    return env
-
-
-def _start(data_dir: Path, port: int, log_path: Path, workers: int = 2) -> subprocess.Popen[bytes]:
-    log = log_path.open("wb")
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "app",
-            "up",
-            "--data-dir",
-            str(data_dir),
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=_env(),
-    )
-
-
-def _wait_ready(port: int, proc: subprocess.Popen[bytes], log_path: Path) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < READY_WITHIN_S:
-        assert proc.poll() is None, log_path.read_text()
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
-                return time.monotonic() - started
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"not ready within {READY_WITHIN_S} s:\n{log_path.read_text()}")
 
 
 def _stop_and_check_nothing_left(proc: subprocess.Popen[bytes]) -> None:
@@ -121,14 +73,12 @@ def _search_finds_by_meaning(port: int, headers: dict[str, str]) -> None:
 
 
 def test_up_is_ready_stops_cleanly_and_keeps_data(tmp_path: Path) -> None:
-    data_dir, port = server_dir("memstore-e2e-") / "data", _free_port()
+    data_dir, port = server_dir("memstore-e2e-") / "data", free_port()
 
-    first = _start(data_dir, port, tmp_path / "first.log")
+    first = start_up(data_dir, port, tmp_path / "first.log")
     try:
-        _wait_ready(port, first, tmp_path / "first.log")
-        match = re.search(r"(ms_[A-Za-z0-9_-]{20,})", (tmp_path / "first.log").read_text())
-        assert match, "the generated admin key was not printed"
-        admin = {"Authorization": f"Bearer {match.group(1)}"}
+        wait_ready(port, first, tmp_path / "first.log")
+        admin = {"Authorization": f"Bearer {admin_key(tmp_path / 'first.log')}"}
         created = httpx.post(
             f"http://127.0.0.1:{port}/v1/admin/keys",
             json={"name": "app", "roles": ["ingest"]},
@@ -143,9 +93,9 @@ def test_up_is_ready_stops_cleanly_and_keeps_data(tmp_path: Path) -> None:
         if first.poll() is None:
             first.kill()
 
-    second = _start(data_dir, port, tmp_path / "second.log")
+    second = start_up(data_dir, port, tmp_path / "second.log")
     try:
-        _wait_ready(port, second, tmp_path / "second.log")
+        wait_ready(port, second, tmp_path / "second.log")
         assert "shown once" not in (tmp_path / "second.log").read_text(), "a second key was generated"
         keys = httpx.get(f"http://127.0.0.1:{port}/v1/admin/keys", headers=admin, timeout=5)
         assert keys.status_code == 200
@@ -186,7 +136,7 @@ def _create_tenant(command: list[str]) -> dict[str, str]:
     """Run a `memstore` command that creates a tenant; the headers of the admin key it printed."""
     created = subprocess.run(
         [sys.executable, "-m", "app", *command],
-        env=_env(),
+        env=memstore_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -199,12 +149,12 @@ def _create_tenant(command: list[str]) -> dict[str, str]:
 
 
 def test_one_off_commands_share_up_and_dead_servers_come_back(tmp_path: Path) -> None:
-    data_dir, port = server_dir("memstore-e2e-") / "data", _free_port()
+    data_dir, port = server_dir("memstore-e2e-") / "data", free_port()
     log_path = tmp_path / "up.log"
     postmaster_pid, redis_pid = data_dir / "pg" / "postmaster.pid", data_dir / "redis" / "redis.pid"
-    up = _start(data_dir, port, log_path, workers=1)
+    up = start_up(data_dir, port, log_path, workers=1)
     try:
-        _wait_ready(port, up, log_path)
+        wait_ready(port, up, log_path)
         postgres, redis = _server_pid(postmaster_pid), _server_pid(redis_pid)
 
         # One-off commands on the same data directory use the running servers and leave them be:

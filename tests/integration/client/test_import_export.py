@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from memstore_client import Client
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.client import Client
 from app.config import Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.models import Changeset, Chunk, MemoryVersion

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from memstore_client import AsyncClient, Client, MemstoreError, RetryPolicy, models
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.client import AsyncClient, Client, MemstoreError, RetryPolicy, models
 from app.config import Settings
 from app.db.models import Chunk
 from tests.conftest import TenantKeys

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 
 import httpx
 
-from app.client import _calls as c
-from app.client import models
-from app.client.errors import MemstoreError
+from memstore_client import _calls as c
+from memstore_client import models
+from memstore_client.errors import MemstoreError
 
 T = TypeVar("T")
 

@@ -20,8 +20,8 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
-from app.client import models
-from app.client.errors import MemstoreError
+from memstore_client import models
+from memstore_client.errors import MemstoreError
 
 T = TypeVar("T")
 
