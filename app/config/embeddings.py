@@ -1,0 +1,31 @@
+"""The embedder that vectors memories and queries."""
+
+from pydantic import BaseModel, Field
+
+
+class EmbedderSettings(BaseModel):
+    embedder: str = Field(
+        default="onnx",
+        description="Embedder name: onnx (all-MiniLM-L6-v2 in-process, semantic), hashing (lexical, "
+        "dependency-free), openai (an /v1/embeddings endpoint), local (sentence-transformers extra).",
+    )
+    embedding_dim: int = Field(
+        default=384, description="Vector dimension of memories; fixed by the initial migration."
+    )
+    embedder_base_url: str = Field(
+        default="http://127.0.0.1:8002/v1", description="OpenAI-compatible endpoint of the openai embedder."
+    )
+    embedder_model: str = Field(
+        default="all-MiniLM-L6-v2",
+        description="Model name sent to the openai embedder, or the onnx/local embedder's model (the "
+        "packaged all-MiniLM-L6-v2, or a directory).",
+    )
+    embedder_threads: int = Field(
+        default=0, ge=0, description="Threads of one onnx embedding run (0: one per core)."
+    )
+    embedder_api_key: str | None = Field(default=None, description="Bearer key for the embedder endpoint.")
+    embedder_batch_size: int = Field(default=64, description="Texts per embedding request.", ge=1)
+    embedder_timeout_s: float = Field(default=10.0, description="Longest one embedding request may take.")
+    embedder_max_retries: int = Field(
+        default=3, description="Retries of one embedding request on timeouts, 429 and 5xx (with backoff)."
+    )
