@@ -36,11 +36,6 @@ _SET = f"SELECT set_config('{TENANTS_SETTING}', $1, false)"
 _CARRIED = "memstore_tenant_ids"  # what a pooled connection's setting holds now (its record's info)
 
 
-def current_tenants() -> tuple[uuid.UUID, ...]:
-    """The tenants of the work in progress (empty: none, so a service connection sees no tenant rows)."""
-    return _TENANTS.get()
-
-
 @contextlib.contextmanager
 def tenant_scope(tenant_ids: Iterable[uuid.UUID]) -> Iterator[None]:
     """Connections checked out inside the block see these tenants' rows (and their shadow banks')."""

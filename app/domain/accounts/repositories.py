@@ -50,11 +50,6 @@ class ApiKeyRepository:
         found = await self.session.scalar(select(func.memstore_key_tenant(key_hash)))
         return None if found is None else uuid.UUID(str(found))
 
-    async def get_active_by_hash(self, key_hash: str) -> ApiKey | None:
-        return await self.session.scalar(
-            select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
-        )
-
     async def get_active_with_tenant_options(self, key_hash: str) -> tuple[ApiKey, dict[str, Any]] | None:
         """An unrevoked key and its tenant's options (`tenants.settings`)."""
         row = (

@@ -49,10 +49,6 @@ class ReviewRepository:
         stmt = stmt.order_by(Review.created_at, Review.id).limit(limit)
         return (await self.session.scalars(stmt)).all()
 
-    async def count_pending(self, tenant_id: uuid.UUID) -> int:
-        stmt = select(func.count()).where(Review.tenant_id == tenant_id, Review.status == "pending")
-        return int(await self.session.scalar(stmt) or 0)
-
     async def decide(
         self,
         review: Review,

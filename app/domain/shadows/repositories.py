@@ -13,8 +13,6 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Tenant
-
 _BANKS = text(
     "SELECT id, name, settings -> 'shadow' AS shadow FROM tenants WHERE shadow_of = :p_parent ORDER BY name"
 )
@@ -150,10 +148,6 @@ class ShadowRepository:
             _OLDEST_UNFINISHED, {"p_tenant": tenant_id, "p_user": user_id}
         )
         return found
-
-    async def parent_of(self, bank_id: uuid.UUID) -> uuid.UUID | None:
-        tenant = await self.session.get(Tenant, bank_id)
-        return None if tenant is None else tenant.shadow_of
 
     async def progress(self, bank_id: uuid.UUID, user_id: str | None = None) -> Progress:
         row = (await self.session.execute(_PROGRESS, {"p_bank": bank_id, "p_user": user_id})).one()
