@@ -1,4 +1,6 @@
-"""Calling an OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp's server, any provider).
+"""Calling an OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp's server, any provider): the
+one chat-completions client, used by the writers and, unmetered, by the read model
+(`app.domain.answer.reader`).
 
 One `ChatTransport` per configured writer and process: a pooled HTTP client with a cap on requests
 in flight and retries with jittered backoff (`app.lib.http`, shared with the embedder), and
@@ -109,10 +111,11 @@ class Completion:
 
     text: str
     finish_reason: str | None
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int | None  # None: the server did not say
+    completion_tokens: int | None
     latency_s: float
     attempts: int
+    model: str | None = None  # as the server names it
 
 
 class TransportError(WriterError):
@@ -122,9 +125,10 @@ class TransportError(WriterError):
 class ChatTransport:
     """Chat completions against one endpoint; safe to share between concurrent jobs of a process."""
 
-    def __init__(self, config: TransportConfig, *, writer: str = "") -> None:
+    def __init__(self, config: TransportConfig, *, writer: str = "", metered: bool = True) -> None:
         self.config = config
         self.writer = writer or config.model
+        self.metered = metered  # counted in the writer metrics (a writer's calls are; the reader's not)
         self.endpoint = Endpoint(
             config.base_url,
             api_key=config.api_key,
@@ -178,8 +182,12 @@ class ChatTransport:
             ("prompt", completion.prompt_tokens),
             ("completion", completion.completion_tokens),
         ):
-            if count:
+            if count and self.metered:
                 metrics.WRITER_TOKENS.labels(self.writer, self.config.model, kind).inc(count)
+
+    def _counted(self, outcome: str) -> None:
+        if self.metered:
+            self._counted(outcome)
 
     def _fall_back(self, refused: Structure, detail: str) -> None:
         """The server refused `refused` for what it is: nothing stronger than the next form is sent
@@ -226,27 +234,27 @@ class ChatTransport:
                 else:
                     status = answer.status
                     if status == 200:
-                        metrics.WRITER_REQUESTS.labels(self.writer, "ok").inc()
+                        self._counted("ok")
                         completion = _completion(answer.text, time.perf_counter() - started, attempt)
                         self._count_tokens(completion)
                         return completion
                     detail = f"HTTP {status}: {storable_text(answer.text[:300])}"
                     if "response_format" in body and FORMAT_REFUSAL.search(answer.text):
-                        metrics.WRITER_REQUESTS.labels(self.writer, "format_rejected").inc()
+                        self._counted("format_rejected")
                         if self.auto and structure in AUTO_FALLBACK:
                             # Not an attempt at the answer: the same request again, in the next form.
                             self._fall_back(structure, detail)
                             attempt -= 1
                             continue
                         msg = (
-                            f"writer endpoint refused the response_format it was sent ({detail}); "
+                            f"the endpoint refused the response_format it was sent ({detail}); "
                             "set the writer's response_format to auto or to a form it supports"
                         )
                         raise TransportError(msg)
                     fitting = _fitting_max_tokens(answer.text) if status == 400 and not clamped else None
                     if fitting is not None and 0 < fitting < max_tokens:
                         # Not an attempt at the answer: the same request with a budget that fits.
-                        metrics.WRITER_REQUESTS.labels(self.writer, "context_clamped").inc()
+                        self._counted("context_clamped")
                         log.info(
                             "writer.max_tokens_clamped", writer=self.writer, asked=max_tokens, now=fitting
                         )
@@ -255,12 +263,12 @@ class ChatTransport:
                         continue
                     outcome = "http_429" if status == 429 else f"http_{status // 100}xx"
                     if status not in RETRY_STATUSES:
-                        metrics.WRITER_REQUESTS.labels(self.writer, outcome).inc()
-                        raise TransportError(f"writer endpoint refused the request ({detail})")
+                        self._counted(outcome)
+                        raise TransportError(f"the endpoint refused the request ({detail})")
                     retry_after = answer.retry_after
-                metrics.WRITER_REQUESTS.labels(self.writer, outcome).inc()
+                self._counted(outcome)
                 if attempt > self.config.max_retries:
-                    msg = f"writer endpoint failed after {attempt} attempts ({detail})"
+                    msg = f"the endpoint failed after {attempt} attempts ({detail})"
                     raise TransportError(msg)
                 wait = self.retries.wait_s(attempt, retry_after)
                 log.info(
@@ -276,13 +284,20 @@ def _completion(body: str, latency_s: float, attempts: int) -> Completion:
         text = choice["message"].get("content") or ""
         usage = payload.get("usage") or {}
     except (json.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        msg = "writer endpoint answered 200 with a body that is not a chat completion"
+        msg = "the endpoint answered 200 with a body that is not a chat completion"
         raise TransportError(msg, raw_output=body[:20_000]) from exc
+    model = payload.get("model")
     return Completion(
         text=str(text),
         finish_reason=choice.get("finish_reason"),
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        completion_tokens=int(usage.get("completion_tokens") or 0),
+        prompt_tokens=_count(usage, "prompt_tokens"),
+        completion_tokens=_count(usage, "completion_tokens"),
         latency_s=latency_s,
         attempts=attempts,
+        model=model if isinstance(model, str) and model else None,
     )
+
+
+def _count(usage: Any, key: str) -> int | None:
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -173,8 +173,8 @@ class ModelSession:
             exc.usage = self.usage()
             raise
         self.latency_s += completion.latency_s
-        self.prompt_tokens += completion.prompt_tokens
-        self.completion_tokens += completion.completion_tokens
+        self.prompt_tokens += completion.prompt_tokens or 0
+        self.completion_tokens += completion.completion_tokens or 0
         self.transcript.append(
             {"step": step, "output": completion.text, "finish_reason": completion.finish_reason}
         )
