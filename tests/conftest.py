@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import shutil
 import tempfile
@@ -197,6 +198,46 @@ def app(settings: Settings) -> Litestar:
 async def client(app: Litestar) -> AsyncIterator[AsyncTestClient[Litestar]]:
     async with AsyncTestClient(app=app) as client:
         yield client
+
+
+# Worker timings short enough for a test to see sweeps and retries happen.
+FAST_WORKERS: dict[str, object] = {
+    "sweep_interval_s": 1,
+    "sweep_min_age_s": 1.0,
+    "retry_backoff_s": 0.05,
+    "retry_backoff_max_s": 0.2,
+}
+
+
+def writers_toml(writers: dict[str, dict[str, object]]) -> str:
+    """A writers file (MEMSTORE_WRITERS_FILE) of these named writers and their settings."""
+    return "\n".join(
+        f"[writers.{name}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in fields.items())
+        for name, fields in writers.items()
+    )
+
+
+@pytest.fixture
+def api_settings(settings: Settings) -> Settings:
+    """The settings of `api`; a folder whose tests need other settings overrides this."""
+    return settings
+
+
+@pytest.fixture
+async def api(api_settings: Settings) -> AsyncIterator[AsyncTestClient[Litestar]]:
+    """The API on `api_settings`, with its lifespan (its batcher, clients and caches) running."""
+    async with AsyncTestClient(create_app(api_settings, configure_logs=False)) as client:
+        yield client
+
+
+@pytest.fixture
+async def ingest_headers(api: AsyncTestClient[Litestar], tenant: TenantKeys) -> dict[str, str]:
+    """The headers of a key such as a chat app holds: it ingests and reads."""
+    response = await api.post(
+        "/v1/admin/keys", json={"name": "app", "roles": ["ingest", "read"]}, headers=tenant.admin
+    )
+    assert response.status_code == 201, response.text
+    return bearer(response.json()["key"])
 
 
 @dataclass

@@ -22,12 +22,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from litestar import Litestar
-from litestar.testing import AsyncTestClient
 
 from app.config import Settings
-from app.server.asgi import create_app
-from tests.conftest import TenantKeys, bearer
 
 MODEL_URL = os.environ.get("MEMSTORE_REAL_MODEL_URL", "")
 # How the writers ask for JSON. A 135M model cannot follow a protocol's prompt alone, so by default it
@@ -149,18 +145,8 @@ def real_settings(settings: Settings, writers_file: Path) -> Settings:
 
 
 @pytest.fixture
-async def api(real_settings: Settings) -> AsyncIterator[AsyncTestClient[Litestar]]:
-    async with AsyncTestClient(create_app(real_settings, configure_logs=False)) as client:
-        yield client
-
-
-@pytest.fixture
-async def ingest_headers(api: AsyncTestClient[Litestar], tenant: TenantKeys) -> dict[str, str]:
-    response = await api.post(
-        "/v1/admin/keys", json={"name": "app", "roles": ["ingest", "read"]}, headers=tenant.admin
-    )
-    assert response.status_code == 201, response.text
-    return bearer(response.json()["key"])
+def api_settings(real_settings: Settings) -> Settings:
+    return real_settings
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -8,11 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from litestar import Litestar
-from litestar.testing import AsyncTestClient
 
 from app.config import Settings
-from app.server.asgi import create_app
+from tests.conftest import FAST_WORKERS, writers_toml
 from tests.support.fake_llm import FakeLLM, Reply
 
 
@@ -84,13 +82,17 @@ def writers_file(
 ) -> Path:
     path = tmp_path / "writers.toml"
     servers = {"primary": primary_llm, "trial": trial_llm, "broken": broken_llm, "slow": slow_llm}
-    path.write_text(
-        "\n".join(
-            f'[writers.{name}]\nprofile = "simple"\nbase_url = "{fake.base_url}"\nmodel = "{name}-model"\n'
-            f"timeout_s = {40.0 if name == 'slow' else 2.0}\nmax_retries = 0\n"
-            for name, fake in servers.items()
-        )
-    )
+    writers = {
+        name: {
+            "profile": "simple",
+            "base_url": fake.base_url,
+            "model": f"{name}-model",
+            "timeout_s": 40.0 if name == "slow" else 2.0,
+            "max_retries": 0,
+        }
+        for name, fake in servers.items()
+    }
+    path.write_text(writers_toml(writers))
     return path
 
 
@@ -98,12 +100,9 @@ def writers_file(
 def shadow_settings(settings: Settings, writers_file: Path) -> Settings:
     return settings.model_copy(
         update={
+            **FAST_WORKERS,
             "writers_file": writers_file,
             "writer": "primary",
-            "sweep_interval_s": 1,
-            "sweep_min_age_s": 1.0,
-            "retry_backoff_s": 0.05,
-            "retry_backoff_max_s": 0.2,
             "max_attempts": 2,
             "writer_timeout_s": 30.0,
             "worker_shutdown_wait_s": 31.0,
@@ -114,6 +113,5 @@ def shadow_settings(settings: Settings, writers_file: Path) -> Settings:
 
 
 @pytest.fixture
-async def api(shadow_settings: Settings) -> AsyncIterator[AsyncTestClient[Litestar]]:
-    async with AsyncTestClient(create_app(shadow_settings, configure_logs=False)) as client:
-        yield client
+def api_settings(shadow_settings: Settings) -> Settings:
+    return shadow_settings
