@@ -187,7 +187,7 @@ class ChatTransport:
 
     def _counted(self, outcome: str) -> None:
         if self.metered:
-            self._counted(outcome)
+            metrics.WRITER_REQUESTS.labels(self.writer, outcome).inc()
 
     def _fall_back(self, refused: Structure, detail: str) -> None:
         """The server refused `refused` for what it is: nothing stronger than the next form is sent
