@@ -43,6 +43,10 @@ browser: ## Debian's chromium for the console's browser tests (installed with ap
 test: $(STAMP) browser ## Run the test suite (starts its own embedded Postgres + Redis; gets chromium if missing)
 	$(BIN)/python -m pytest
 
+.PHONY: contract
+contract: $(STAMP) ## The API contract: schemathesis, every check and phase, against a running `memstore up`
+	$(BIN)/python -m tests.contract.run
+
 .PHONY: test-real-model
 test-real-model: $(STAMP) ## Opt-in: every writer profile against a real small model on the CPU (builds .real-model/ first)
 	$(BIN)/python tests/real_model/run.py

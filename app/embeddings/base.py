@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 # The cosine at which a memory is related enough to a new one to be shown to a writer that reconciles,
 # by embedder family. Each embedder has its own scale: on 20 pairs of a new fact and the memory it
@@ -20,6 +20,7 @@ def related_floor(embedder: str, protocol_floor: float) -> float:
     return RELATED_FLOORS.get(family, protocol_floor)
 
 
+@runtime_checkable
 class Embedder(Protocol):
     """Maps texts to unit-length vectors of a fixed dimension; cosine distance compares them."""
 

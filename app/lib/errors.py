@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import structlog
 from litestar import MediaType, Request, Response
@@ -14,6 +15,7 @@ from litestar.exceptions import (
     SerializationException,
     ValidationException,
 )
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR, HTTP_503_SERVICE_UNAVAILABLE
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -24,33 +26,265 @@ RETRY_AFTER_S = "2"
 
 
 class ApiError(HTTPException):
-    """An error with a stable machine-readable `code`, raised by domain code."""
+    """An answer of the API's own: its status, a stable machine-readable `code`, and what it means
+    (`description`, which the OpenAPI document shows). Every error the API answers is a subclass named
+    once, below; a handler lists those it can raise (`error_responses`) and the document is built from
+    that list."""
 
-    status_code = 400
-    code = "bad_request"
+    status_code: int = 400
+    code: ClassVar[str] = "bad_request"
+    description: ClassVar[str] = "The request cannot be served as it is (`bad_request`)."
+    retry_after_s: ClassVar[int | None] = None  # sent as Retry-After
 
     def __init__(
         self,
         message: str,
         *,
-        code: str | None = None,
-        status_code: int | None = None,
         details: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
+        retry_after_s: int | None = None,
     ) -> None:
-        super().__init__(detail=message, status_code=status_code or self.status_code, headers=headers)
-        self.code = code or self.code
+        wait = retry_after_s if retry_after_s is not None else self.retry_after_s
+        headers = {"Retry-After": str(wait)} if wait is not None else None
+        super().__init__(detail=message, status_code=type(self).status_code, headers=headers)
         self.details = details or {}
+
+
+# --- 400 ------------------------------------------------------------------------------------------
+
+
+class InvalidJson(ApiError):
+    code = "invalid_json"
+    description = "The body is not valid JSON (`invalid_json`)."
+
+
+class InvalidFilters(ApiError):
+    code = "invalid_filters"
+    description = "A Mem0 filter Memstore cannot run (`invalid_filters`); `details.field` says which part."
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}", details={"field": where, "reason": reason})
+
+
+class PurgeNotConfirmed(ApiError):
+    code = "purge_not_confirmed"
+    description = "Erasing a user is not confirmed with `?purge=true` (`purge_not_confirmed`)."
+
+
+# --- 401, 403 -------------------------------------------------------------------------------------
+
+
+class Unauthorized(ApiError):
+    status_code = 401
+    code = "unauthorized"
+    description = "No API key, or an unknown or revoked one (`unauthorized`)."
+
+
+class Forbidden(ApiError):
+    status_code = 403
+    code = "forbidden"
+    description = "The API key lacks the role this route needs (`forbidden`)."
+
+
+# --- 404 ------------------------------------------------------------------------------------------
 
 
 class NotFoundError(ApiError):
     status_code = 404
     code = "not_found"
+    description = "No such object in this tenant, or no such route (`not_found`)."
+
+
+class BankNotFound(NotFoundError):
+    code = "bank_not_found"
+    description = "No shadow bank of the tenant has that name (`bank_not_found`)."
+
+
+# --- 409 ------------------------------------------------------------------------------------------
 
 
 class ConflictError(ApiError):
+    """The request is valid but the state of what it names refuses it."""
+
     status_code = 409
     code = "conflict"
+    description = "The request conflicts with the state of what it names (`conflict`)."
+
+
+class IdempotencyConflict(ConflictError):
+    code = "idempotency_conflict"
+    description = "This Idempotency-Key was used with a different body (`idempotency_conflict`)."
+
+
+class MemoryNotActive(ConflictError):
+    code = "memory_not_active"
+    description = "The memory is superseded or deleted (`memory_not_active`); an admin can roll it back."
+
+
+class MemoryChanged(ConflictError):
+    code = "memory_changed"
+    description = (
+        "A memory this names changed meanwhile, or kept changing while restored texts were embedded "
+        "(`memory_changed`); read it again and retry."
+    )
+
+
+class AlreadyReverted(ConflictError):
+    code = "already_reverted"
+    description = "The changeset is already reverted (`already_reverted`)."
+
+
+class RevertConflict(ConflictError):
+    code = "revert_conflict"
+    description = (
+        "Later changes touched memories this would revert and `force` is not set (`revert_conflict`, "
+        "listed in `details.conflicts`)."
+    )
+
+
+class ChunkNotFailed(ConflictError):
+    code = "chunk_not_failed"
+    description = "Only a failed chunk can be retried (`chunk_not_failed`)."
+
+
+class ReviewDecided(ConflictError):
+    code = "review_decided"
+    description = "The review is already approved or rejected (`review_decided`)."
+
+
+class KeyExists(ConflictError):
+    code = "key_exists"
+    description = "That key is already registered (`key_exists`)."
+
+
+class KeyRevoked(ConflictError):
+    code = "key_revoked"
+    description = "A revoked key cannot be rotated (`key_revoked`); create a new key."
+
+
+class TenantExists(ConflictError):
+    code = "tenant_exists"
+    description = "A tenant of that name exists (`tenant_exists`)."
+
+
+class ImportConflict(ConflictError):
+    code = "import_conflict"
+    description = "The user already has other chunks with the numbers being imported (`import_conflict`)."
+
+
+class BankConflict(ConflictError):
+    code = "bank_conflict"
+    description = "A bank of that name exists with another writer (`bank_conflict`)."
+
+
+class EmbedderMismatch(ConflictError):
+    code = "embedder_mismatch"
+    description = (
+        "The stored vectors come from another embedder than the configured one (`embedder_mismatch`); "
+        "`memstore reembed` re-embeds them."
+    )
+
+
+# --- 413, 422, 429 --------------------------------------------------------------------------------
+
+
+class PayloadTooLarge(ApiError):
+    status_code = 413
+    code = "payload_too_large"
+    description = "The body is over the size limit (`payload_too_large`)."
+
+
+class InvalidField(ApiError):
+    status_code = 422
+    code = "validation_error"
+    description = (
+        "A parameter or the body does not match the schema or a limit (`validation_error`); "
+        "`details` names the field."
+    )
+
+
+class TooManyChangesets(ApiError):
+    status_code = 422
+    code = "too_many_changesets"
+    description = "More changesets match than one revert takes (`too_many_changesets`); narrow it."
+
+
+class AsOfTooBroad(ApiError):
+    status_code = 422
+    code = "as_of_too_broad"
+    description = (
+        "A search over all users as of a time would read more versions than it may "
+        "(`as_of_too_broad`); search one user."
+    )
+
+
+class RateLimited(ApiError):
+    status_code = 429
+    code = "rate_limited"
+    description = "The API key is over its request rate (`rate_limited`). Retry after `Retry-After` seconds."
+    retry_after_s = 1
+
+
+class QueueFull(ApiError):
+    status_code = 429
+    code = "queue_full"
+    description = (
+        "Too many chunks of the user or the tenant wait to be applied (`queue_full`). "
+        "Retry after `Retry-After` seconds."
+    )
+    retry_after_s = 5
+
+
+# --- 501, 503 -------------------------------------------------------------------------------------
+
+
+class ReaderNotConfigured(ApiError):
+    status_code = 501
+    code = "reader_not_configured"
+    description = (
+        "No read model is configured: MEMSTORE_READER_BASE_URL and MEMSTORE_READER_MODEL "
+        "(`reader_not_configured`)."
+    )
+
+
+class Unavailable(ApiError):
+    status_code = 503
+    code = "unavailable"
+    description = (
+        "Postgres, Redis, the embedding model or the read model is unreachable, or the server is "
+        "shutting down (`unavailable`). Retry after `Retry-After` seconds."
+    )
+    retry_after_s = 2
+
+
+class Overloaded(ApiError):
+    status_code = 503
+    code = "overloaded"
+    description = "Too many chunks wait to be stored (`overloaded`). Retry after `Retry-After` seconds."
+    retry_after_s = 1
+
+
+class ErrorSpec(ResponseSpec):
+    """A route's documented error status: the errors of the catalogue it can answer with it."""
+
+    def __init__(self, errors: Sequence[type[ApiError]]) -> None:
+        super().__init__(
+            data_container=None,
+            generate_examples=False,
+            description=" ".join(e.description for e in errors),
+        )
+        self.errors = tuple(errors)
+
+
+def error_responses(*errors: type[ApiError]) -> dict[int, ResponseSpec]:
+    """A handler's `responses=`: the errors it raises of its own accord, by status, each with what it
+    means. (What every route answers — no key, a wrong role, a schema mismatch, an outage — the OpenAPI
+    document adds from the route itself: `app.server.openapi`.)"""
+    by_status: dict[int, list[type[ApiError]]] = {}
+    for error in errors:
+        by_status.setdefault(error.status_code, []).append(error)
+    if 422 in by_status and InvalidField not in by_status[422]:
+        by_status[422].insert(0, InvalidField)
+    return {status: ErrorSpec(group) for status, group in sorted(by_status.items())}
 
 
 _CODE_BY_STATUS = {
@@ -82,10 +316,8 @@ def data_error(exc: BaseException) -> ApiError | None:
     input first (`app.server.middleware.RequestInputGuard`); this is the wall behind it."""
     sqlstate = str(getattr(getattr(exc, "orig", None), "sqlstate", None) or "")
     if isinstance(exc, UnicodeError) or (isinstance(exc, DBAPIError) and sqlstate.startswith("22")):
-        return ApiError(
+        return InvalidField(
             "The request holds a value that cannot be stored.",
-            code="validation_error",
-            status_code=422,
             details={"reason": type(getattr(exc, "orig", None) or exc).__name__},
         )
     return None

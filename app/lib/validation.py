@@ -6,8 +6,9 @@ RFC 3339 string whose UTC instant lies before year 1. Accepted, such input fails
 transaction — a 500 for the request and for every request committed with it, or a chunk that can
 never be applied. So every client-controlled value is checked here, before anything is written:
 
-- `Moment` is the one type for times clients send: an RFC 3339 string with a zone, whose UTC instant
-  is a real calendar date (a Litestar type decoder parses it; a Unix number such as `-1` is refused);
+- `Moment` is the one type for times clients send: an RFC 3339 string with a zone, of a year from
+  0002 to 9998, so that its UTC instant is a real calendar date whatever the offset (a Litestar type
+  decoder parses it; a Unix number such as `-1` is refused; the OpenAPI document gives the years);
 - `first_unstorable` finds the first string (or object key) in decoded JSON that holds a NUL or a
   lone surrogate, and says where it is.
 """
@@ -15,7 +16,7 @@ never be applied. So every client-controlled value is checked here, before anyth
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
@@ -42,6 +43,10 @@ def encode_moment(value: Any) -> Any:
     raise NotImplementedError(msg)
 
 
+# A time of year 0001 or 9999 with an offset can fall outside the calendar once converted to UTC.
+FIRST_YEAR, LAST_YEAR = 2, 9998
+
+
 def parse_moment(value: object) -> Moment:
     """`value` as a `Moment`; ValueError (which the framework answers with 422) if it is not one."""
     if isinstance(value, datetime):  # already parsed (a default, or a test building a body)
@@ -57,11 +62,9 @@ def parse_moment(value: object) -> Moment:
     if parsed.tzinfo is None:
         msg = "the time needs a zone (e.g. Z or +02:00)"
         raise ValueError(msg)
-    try:
-        parsed.astimezone(UTC)
-    except OverflowError:
-        msg = "the time is outside the calendar once converted to UTC"
-        raise ValueError(msg) from None
+    if not FIRST_YEAR <= parsed.year <= LAST_YEAR:  # so that, with any offset, it stays in the calendar
+        msg = f"the year must be between {FIRST_YEAR:04} and {LAST_YEAR}"
+        raise ValueError(msg)
     return Moment.fromisoformat(parsed.isoformat())
 
 
@@ -73,6 +76,10 @@ def _decode_moment(target: type, value: Any) -> Moment:
 TYPE_DECODERS = [(lambda target: target is Moment, _decode_moment)]
 
 
+# The document says which years a time may have (what `parse_moment` takes).
+MOMENT_YEARS = "^(?:000[2-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9])-"
+
+
 class MomentSchemaPlugin(OpenAPISchemaPlugin):
     """`Moment` appears in the OpenAPI document as what it is on the wire: a date-time string."""
 
@@ -81,7 +88,7 @@ class MomentSchemaPlugin(OpenAPISchemaPlugin):
         return value is Moment
 
     def to_openapi_schema(self, field_definition: FieldDefinition, schema_creator: Any) -> Schema:
-        return Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.DATE_TIME)
+        return Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.DATE_TIME, pattern=MOMENT_YEARS)
 
 
 def unstorable_reason(text: str) -> str | None:

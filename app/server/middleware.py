@@ -12,12 +12,15 @@ import math
 import re
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qsl
 
 import msgspec
 import structlog
+from litestar import Litestar
 from litestar.enums import ScopeType
 from litestar.middleware import ASGIMiddleware
+from litestar.routes import HTTPRoute
 from litestar.types import (
     ASGIApp,
     HTTPRequestEvent,
@@ -34,6 +37,7 @@ from app.db.tenancy import tenant_scope
 from app.lib import metrics
 from app.lib.ratelimit import Limit, RateLimiter
 from app.lib.validation import first_unstorable, json_depth_exceeds, unstorable_reason
+from app.server.lifespan import app_services
 
 log = structlog.get_logger("app.http")
 
@@ -85,6 +89,31 @@ async def stamp_response(message: Message, scope: Scope) -> None:
         status=message["status"],
         duration_ms=round(elapsed * 1000, 2),
     )
+
+
+def allow_every_method(allowed: dict[str, bytes]) -> Callable[[Message, Scope], Awaitable[None]]:
+    """`before_send` hook: an OPTIONS answer's `Allow` lists every method of its path (`allowed`, by
+    route template). Litestar's automatic OPTIONS handler keeps the methods of the first handler
+    registered on a path, so `OPTIONS /v1/memories/{id}` would not name PATCH."""
+
+    async def hook(message: Message, scope: Scope) -> None:
+        if message["type"] != "http.response.start" or scope.get("method") != "OPTIONS":
+            return
+        methods = allowed.get(str(scope.get("path_template")))
+        if methods is not None:
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"allow"]
+            message["headers"] = [*headers, (b"allow", methods)]
+
+    return hook
+
+
+def methods_by_route(app: Litestar) -> dict[str, bytes]:
+    """Each route template's methods, as an `Allow` header says them."""
+    return {
+        route.path_format: ", ".join(sorted(route.methods)).encode()
+        for route in app.routes
+        if isinstance(route, HTTPRoute)
+    }
 
 
 class RequestInputGuard(ASGIMiddleware):
@@ -226,7 +255,7 @@ class RateLimitGuard(ASGIMiddleware):
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         principal = scope.get("user")
         if principal is not None:
-            limiter: RateLimiter = scope["litestar_app"].state.rate_limiter
+            limiter: RateLimiter = app_services(scope["litestar_app"].state).rate_limiter
             limit = principal.rate_limit or self.default
             wait_s = await limiter.wait_s(str(principal.key_id), limit)
             if wait_s > 0:

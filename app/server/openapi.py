@@ -1,24 +1,22 @@
 """The OpenAPI document (`/schema/openapi.json`): every status a route can answer, not only its success.
 
-Litestar documents a route's success and, for a route with parameters, a 400 with its own
-`{status_code, detail}` body. Clients see something else: every error is
-`{"error": {"code", "message", "details"}}` (app/lib/errors.py), a request that does not match the
-schema is a 422, and keys, guards, lookups, conflicts and a database outage answer 401, 403, 404, 409
-and 503. So the document Litestar builds is completed here, when it is serialised, from what each
-route is:
+Litestar documents a route's success and what its handler declares (`responses=`: the errors of the
+catalogue in `app.lib.errors` it raises of its own accord, each with what it means, and a second
+success where there is one). Around every handler, though, stand answers no handler gives: the
+authentication middleware, the role guards, the schema check and the outage handler. Those are added
+here, when the document is serialised, from what each route is:
 
 - outside `PUBLIC_PATHS` (the authentication middleware's exclusions): the bearer scheme, 401, 403
-  (each such route has a role guard; tests/integration/system/test_openapi.py holds it to that) and
-  503 (the key is resolved in Postgres, which may be down);
+  (each such route has a role guard; tests/integration/system/test_openapi.py holds it to that), 429
+  (the key's request rate) and 503 (the key is resolved in Postgres, which may be down);
 - a path parameter: 404 (no such object, or a decoded path that matches no route);
-- any parameter or a request body: 422; a request body: 400 (`invalid_json`) and 413;
-- what handlers answer of their own accord (the 409s, the purge's confirmation, the replay of an
-  idempotent post, `/ready`'s 503): `ROUTE_RESPONSES`, read from the controllers and their services.
+- any parameter or a request body: 422; a request body: 400 (`invalid_json`) and 413.
 
-Litestar has no hook for the error responses of every route (litestar-org/litestar#4470), and it
-replaces `components.schemas` with the models it found, so the `Error` schema is added in the same
-step. `app.openapi_schema` stays Litestar's object; its `to_schema()`, which every document endpoint
-serves, is the completed document.
+Every error answer gets the shared `Error` body, and a 429 or 503 its `Retry-After` header. Litestar
+has no hook for the error responses of every route (litestar-org/litestar#4470), and it replaces
+`components.schemas` with the models it found, so the `Error` schema is added in the same step.
+`app.openapi_schema` stays Litestar's object; its `to_schema()`, which every document endpoint serves,
+is the completed document.
 """
 
 from __future__ import annotations
@@ -27,6 +25,8 @@ import dataclasses
 import re
 from typing import Any
 
+import msgspec
+from litestar._openapi.schema_generation.plugins.struct import StructSchemaPlugin
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
 from litestar.openapi.spec import (
@@ -37,14 +37,31 @@ from litestar.openapi.spec import (
     OpenAPIResponse,
     OpenAPIType,
     Operation,
+    Parameter,
     PathItem,
     Reference,
+    RequestBody,
     Schema,
     SecurityScheme,
 )
+from litestar.typing import FieldDefinition
 
 import app
+from app.config import Settings
 from app.domain.accounts.auth import PUBLIC_PATHS
+from app.lib.errors import (
+    ApiError,
+    Forbidden,
+    InvalidField,
+    InvalidJson,
+    NotFoundError,
+    PayloadTooLarge,
+    RateLimited,
+    Unauthorized,
+    Unavailable,
+)
+from app.writers.registry import DEFAULT as DEFAULT_WRITER
+from app.writers.registry import WriterRegistry
 
 ERROR_SCHEMA = "Error"
 BEARER = "bearer"
@@ -68,41 +85,39 @@ _RETRY_AFTER = OpenAPIHeader(
     description="Seconds to wait before retrying.",
     required=True,
 )
+_RETRYABLE = frozenset({429, 503})
 
-# The reusable error responses, by status; operations refer to them as #/components/responses/<name>.
+# What every route of a kind may answer, whatever its handler does (see the module's docstring); the
+# operations refer to them as #/components/responses/<name>.
+GENERIC_ERRORS: dict[int, type[ApiError]] = {
+    400: InvalidJson,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFoundError,
+    413: PayloadTooLarge,
+    422: InvalidField,
+    429: RateLimited,
+    503: Unavailable,
+}
+
+
+def _generic(status: int) -> OpenAPIResponse:
+    error = GENERIC_ERRORS[status]
+    return error_response(error.description, {"Retry-After": _RETRY_AFTER} if status in _RETRYABLE else None)
+
+
+_NAMES = {
+    400: "InvalidJson",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    413: "PayloadTooLarge",
+    422: "ValidationError",
+    429: "RateLimited",
+    503: "Unavailable",
+}
 ERROR_RESPONSES: dict[int, tuple[str, OpenAPIResponse]] = {
-    400: ("InvalidJson", error_response("The body is not valid JSON (`invalid_json`).")),
-    401: (
-        "Unauthorized",
-        error_response("No API key, or an unknown or revoked one (`unauthorized`)."),
-    ),
-    403: ("Forbidden", error_response("The API key lacks the role this route needs (`forbidden`).")),
-    404: ("NotFound", error_response("No such object in this tenant, or no such route (`not_found`).")),
-    413: ("PayloadTooLarge", error_response("The body is over the size limit (`payload_too_large`).")),
-    422: (
-        "ValidationError",
-        error_response(
-            "A parameter or the body does not match the schema or a limit (`validation_error`); "
-            "`details` names the field."
-        ),
-    ),
-    429: (
-        "RateLimited",
-        error_response(
-            "The API key is over its request rate (`rate_limited`), or, ingesting, too many chunks of "
-            "the user or the tenant wait to be applied (`queue_full`). Retry after `Retry-After` seconds.",
-            headers={"Retry-After": _RETRY_AFTER},
-        ),
-    ),
-    503: (
-        "Unavailable",
-        error_response(
-            "Postgres is unreachable, or the embedding model (search), or the server is shutting down "
-            "(`unavailable`); or too many chunks wait to be stored (`overloaded`, ingestion). Retry "
-            "after `Retry-After` seconds.",
-            headers={"Retry-After": _RETRY_AFTER},
-        ),
-    ),
+    status: (_NAMES[status], _generic(status)) for status in GENERIC_ERRORS
 }
 
 _ERROR_BODY = Schema(
@@ -128,88 +143,89 @@ _ERROR_BODY = Schema(
 )
 
 
-_KEPT_CHANGING = "The memories kept changing while their restored texts were embedded (`memory_changed`)."
+# A struct field's `Meta(extra={"deployment": <fact>})`: the schema says what this deployment accepts
+# there (its writers, its bounds), read from its settings when the app is built (`deployment_facts`).
+DEPLOYMENT = "deployment"
 
-# Statuses a handler answers of its own accord, by (method, path as documented). Read from the
-# controllers and the services they call: every ConflictError they can reach, and the rest.
-ROUTE_RESPONSES: dict[tuple[str, str], dict[int, OpenAPIResponse]] = {
-    ("GET", "/ready"): {
-        503: error_response(
-            "A dependency is unreachable or the schema is not migrated "
-            "(`unavailable`); `details` has each check.",
-            headers={"Retry-After": _RETRY_AFTER},
-        )
-    },
-    ("POST", "/v1/chunks"): {
-        409: error_response("This Idempotency-Key was used with a different body (`idempotency_conflict`)."),
-    },
-    ("POST", "/v1/chunks/batch"): {
-        409: error_response(
-            "An item's Idempotency-Key was used with a different body (`idempotency_conflict`)."
-        ),
-    },
-    ("PATCH", "/v1/memories/{memory_id}"): {
-        409: error_response(
-            "The memory is superseded or deleted (`memory_not_active`), or changed meanwhile "
-            "(`memory_changed`)."
-        ),
-    },
-    ("DELETE", "/v1/memories/{memory_id}"): {
-        409: error_response(
-            "The memory is superseded or deleted (`memory_not_active`), or changed meanwhile "
-            "(`memory_changed`)."
-        ),
-    },
-    ("POST", "/v1/admin/memories/{memory_id}/rollback"): {409: error_response(_KEPT_CHANGING)},
-    ("POST", "/v1/admin/changesets/{changeset_id}/revert"): {
-        409: error_response(
-            "The changeset is already reverted (`already_reverted`). Later changes touched its memories "
-            "and `force` is not set (`revert_conflict`, listed in `details.conflicts`). " + _KEPT_CHANGING
-        ),
-    },
-    ("POST", "/v1/admin/revert"): {
-        409: error_response(
-            "Later changes touched memories this would revert and `force` is not set "
-            "(`revert_conflict`, listed in `details.conflicts`). " + _KEPT_CHANGING
-        ),
-    },
-    ("POST", "/v1/admin/users/{user_id}/restore"): {409: error_response(_KEPT_CHANGING)},
-    ("POST", "/v1/admin/chunks/{chunk_id}/retry"): {
-        409: error_response("Only a failed chunk can be retried (`chunk_not_failed`)."),
-    },
-    ("GET", "/v1/admin/writers/compare"): {
-        404: error_response("No shadow bank of the tenant has that name (`bank_not_found`)."),
-    },
-    ("POST", "/v1/admin/replays"): {
-        409: error_response("A bank of that name exists with another writer (`bank_conflict`)."),
-    },
-    ("DELETE", "/v1/admin/users/{user_id}"): {
-        400: error_response("Erasing a user is not confirmed with `?purge=true` (`purge_not_confirmed`)."),
-    },
-    ("POST", "/v1/answer"): {
-        409: error_response(
-            "The stored vectors come from another embedder than the configured one (`embedder_mismatch`)."
-        ),
-        501: error_response(
-            "No read model is configured: MEMSTORE_READER_BASE_URL and MEMSTORE_READER_MODEL "
-            "(`reader_not_configured`)."
-        ),
-        503: error_response(
-            "The read model, the embedding model or Postgres is unavailable, or the server is shutting "
-            "down (`unavailable`). Retry after `Retry-After` seconds.",
-            headers={"Retry-After": _RETRY_AFTER},
-        ),
-    },
+
+def deployment_facts(settings: Settings) -> dict[str, dict[str, Any]]:
+    """What the document says of the fields whose accepted values are the deployment's."""
+    names = WriterRegistry(settings).names()
+    facts: dict[str, dict[str, Any]] = {
+        "writers": {"enum": names},
+        "named_writers": {"enum": [n for n in names if n != DEFAULT_WRITER]},  # not the `default` alias
+        "max_top_k": {"maximum": settings.search_max_top_k},
+    }
+    if settings.rate_limit_per_s > 0:
+        facts["max_rate_limit_per_s"] = {"maximum": settings.rate_limit_per_s}
+    if settings.rate_limit_burst > 0:
+        facts["max_rate_limit_burst"] = {"maximum": settings.rate_limit_burst}
+    return facts
+
+
+_KIND = {
+    msgspec.inspect.StrType: OpenAPIType.STRING,
+    msgspec.inspect.IntType: OpenAPIType.INTEGER,
+    msgspec.inspect.FloatType: OpenAPIType.NUMBER,
+    msgspec.inspect.ListType: OpenAPIType.ARRAY,
 }
 
-# A second success status with the body of the route's own: (method, path) -> (status, its own, why).
-ALSO_SUCCESS: dict[tuple[str, str], tuple[int, int, str]] = {
-    ("POST", "/v1/chunks"): (
-        200,
-        202,
-        "A replay: an earlier chunk had this Idempotency-Key and the same body; its acknowledgement.",
-    ),
-}
+
+def _kind(info: msgspec.inspect.Type) -> OpenAPIType | None:
+    while isinstance(info, msgspec.inspect.Metadata):
+        info = info.type
+    return _KIND.get(type(info))
+
+
+class ExactStructSchemaPlugin(StructSchemaPlugin):
+    """A msgspec struct's schema as strict as its decoding: no unknown fields where it forbids them,
+    and every bound it holds, including those Litestar leaves out (a bound of 0, the items of a list)
+    and those the deployment sets (`DEPLOYMENT`)."""
+
+    def __init__(self, facts: dict[str, dict[str, Any]]) -> None:
+        self.facts = facts
+
+    def to_openapi_schema(self, field_definition: FieldDefinition, schema_creator: Any) -> Schema:
+        schema = super().to_openapi_schema(field_definition, schema_creator)
+        struct = field_definition.type_
+        if struct.__struct_config__.forbid_unknown_fields:
+            schema.additional_properties = False
+        for key, value in getattr(struct, "__openapi__", {}).items():
+            setattr(schema, key, value)
+        info = msgspec.inspect.type_info(struct)
+        assert isinstance(info, msgspec.inspect.StructType)
+        for field in info.fields:
+            prop = (schema.properties or {}).get(field.encode_name)
+            if isinstance(prop, Schema):
+                self._constrain(prop, field.type)
+        return schema
+
+    def _constrain(self, schema: Schema, info: msgspec.inspect.Type) -> None:  # noqa: PLR0912 (a branch a type)
+        if isinstance(info, msgspec.inspect.Metadata):
+            fact = (info.extra or {}).get(DEPLOYMENT)
+            self._constrain(schema, info.type)
+            for key, value in self.facts.get(fact, {}).items() if fact else ():
+                setattr(schema, key, value)
+            return
+        if isinstance(info, msgspec.inspect.UnionType):
+            for member in info.types:
+                for alternative in schema.one_of or []:
+                    if isinstance(alternative, Schema) and alternative.type == _kind(member):
+                        self._constrain(alternative, member)
+            return
+        if isinstance(info, msgspec.inspect.IntType | msgspec.inspect.FloatType):
+            for bound, key in (("gt", "exclusive_minimum"), ("ge", "minimum"), ("lt", "exclusive_maximum")):
+                if (value := getattr(info, bound)) is not None:
+                    setattr(schema, key, value)
+            if info.le is not None:
+                schema.maximum = info.le
+        elif isinstance(info, msgspec.inspect.StrType):
+            if info.min_length is not None:
+                schema.min_length = info.min_length
+            if info.max_length is not None:
+                schema.max_length = info.max_length
+        elif isinstance(info, msgspec.inspect.ListType) and isinstance(schema.items, Schema):
+            self._constrain(schema.items, info.item_type)
 
 
 def _ref(status: int) -> Reference:
@@ -221,7 +237,19 @@ def is_public(path: str) -> bool:
     return _PUBLIC.search(path) is not None
 
 
-def complete_operation(method: str, path: str, operation: Operation) -> Operation:
+def _declared(status: int, response: OpenAPIResponse | Reference) -> OpenAPIResponse | Reference:
+    """A handler's own error status (`app.lib.errors.error_responses`) with the shared body, and, for a
+    status every route of its kind also answers, what that means too."""
+    if status < 400 or not isinstance(response, OpenAPIResponse) or response.content is not None:
+        return response
+    description = response.description
+    generic = GENERIC_ERRORS.get(status)
+    if generic is not None and generic.description not in description:
+        description = f"{generic.description} {description}"
+    return error_response(description, {"Retry-After": _RETRY_AFTER} if status in _RETRYABLE else None)
+
+
+def complete_operation(path: str, operation: Operation) -> Operation:
     """`operation` with every status it can answer, and its security requirement."""
     parameters = operation.parameters or []
     protected = not is_public(path)
@@ -234,23 +262,49 @@ def complete_operation(method: str, path: str, operation: Operation) -> Operatio
         statuses.add(422)
     if operation.request_body is not None:
         statuses |= {400, 413}
-    # Litestar's own 400 (its `{status_code, detail}` body) is no answer of ours.
     responses: dict[str, OpenAPIResponse | Reference] = {
-        code: r for code, r in (operation.responses or {}).items() if code != "400"
+        code: _declared(int(code), r)
+        for code, r in (operation.responses or {}).items()
+        # Litestar's own 400 (its `{status_code, detail}` body) is no answer of ours.
+        if code != "400" or (isinstance(r, OpenAPIResponse) and r.content is None)
     }
-    responses.update({str(status): _ref(status) for status in statuses})
-    route = (method.upper(), path)
-    responses.update({str(status): r for status, r in ROUTE_RESPONSES.get(route, {}).items()})
-    if route in ALSO_SUCCESS:
-        status, own, why = ALSO_SUCCESS[route]
-        success = responses[str(own)]
-        assert isinstance(success, OpenAPIResponse)
-        responses[str(status)] = OpenAPIResponse(description=why, content=success.content)
+    for status in statuses:
+        responses.setdefault(str(status), _ref(status))
+    if isinstance(no_content := responses.get("204"), OpenAPIResponse):
+        responses["204"] = dataclasses.replace(no_content, content=None)  # a 204 has no body
     return dataclasses.replace(
         operation,
+        parameters=[_parameter(p) for p in parameters] or None,
+        request_body=_request_body(operation.request_body),
         responses=dict(sorted(responses.items())),
         security=[{BEARER: []}] if protected else operation.security,
     )
+
+
+def _parameter(parameter: Parameter | Reference) -> Parameter | Reference:
+    """A parameter whose schema lists the values it takes has no default outside them (`?purge=true`
+    must be sent; the handler's own default only answers its absence)."""
+    schema = getattr(parameter, "schema", None)
+    if isinstance(schema, Schema) and schema.enum and schema.default not in schema.enum:
+        return dataclasses.replace(parameter, schema=dataclasses.replace(schema, default=None))  # type: ignore[arg-type]
+    return parameter
+
+
+def _request_body(body: RequestBody | Reference | None) -> RequestBody | Reference | None:
+    """A body the handler takes as `X | None` is an optional X, not a required `X or null`."""
+    if not isinstance(body, RequestBody):
+        return body
+    content = {}
+    optional = False
+    for media_type, entry in body.content.items():
+        alternatives = list(getattr(entry.schema, "one_of", None) or [])
+        kept = [s for s in alternatives if getattr(s, "type", None) != OpenAPIType.NULL]
+        if len(kept) == 1 and len(alternatives) == 2:
+            optional = True
+            content[media_type] = dataclasses.replace(entry, schema=kept[0])
+        else:
+            content[media_type] = entry
+    return dataclasses.replace(body, content=content, required=False) if optional else body
 
 
 def complete_paths(paths: dict[str, PathItem]) -> dict[str, PathItem]:
@@ -259,7 +313,7 @@ def complete_paths(paths: dict[str, PathItem]) -> dict[str, PathItem]:
         completed[path] = dataclasses.replace(item)
         for method in _METHODS:
             if (operation := getattr(item, method)) is not None:
-                setattr(completed[path], method, complete_operation(method, path, operation))
+                setattr(completed[path], method, complete_operation(path, operation))
     return completed
 
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from sqlalchemy.dialects import postgresql
 
-from app.domain.mem0.filters import MAX_DEPTH, MAX_LIST, FilterError, compile_filters
+from app.domain.mem0.filters import MAX_DEPTH, MAX_LIST, compile_filters
+from app.lib.errors import InvalidFilters
 
 
 def sql(filters: Any) -> str:
@@ -93,7 +94,7 @@ def _nested(depth: int) -> dict[str, Any]:
     ],
 )
 def test_what_cannot_run_is_refused_naming_where_and_why(filters: Any, where: str, reason: str) -> None:
-    with pytest.raises(FilterError) as refused:
+    with pytest.raises(InvalidFilters) as refused:
         compile_filters(filters)
     assert refused.value.status_code == 400
     assert refused.value.details["field"] == where
@@ -106,5 +107,5 @@ def test_the_deepest_allowed_nesting_compiles() -> None:
 
 def test_a_filter_of_too_many_conditions_is_refused() -> None:
     wide = {"OR": [{"user_id": f"u{i}", "agent_id": "a", "run_id": "r"} for i in range(MAX_LIST)]}
-    with pytest.raises(FilterError, match="at most 200 conditions"):
+    with pytest.raises(InvalidFilters, match="at most 200 conditions"):
         compile_filters(wide)

@@ -163,7 +163,7 @@ class ApiKeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
         scheme, _, secret = header.partition(" ")
         if scheme.lower() not in KEY_SCHEMES or not secret.strip():
             raise NotAuthorizedException("A valid API key is required (Authorization: Bearer <key>).")
-        resolver: KeyResolver = connection.app.state.key_resolver
+        resolver: KeyResolver = connection.app.state.services.key_resolver  # app.server.lifespan
         principal = await resolver.resolve(secret.strip())
         if principal is None:
             raise NotAuthorizedException("Unknown or revoked API key.")

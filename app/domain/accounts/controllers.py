@@ -4,10 +4,9 @@ tenant's options."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import msgspec
-from litestar import Controller, Request, Response, delete, get, patch, post
+from litestar import Controller, Response, delete, get, patch, post
 from litestar.background_tasks import BackgroundTask
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
@@ -27,8 +26,9 @@ from app.domain.accounts.schemas import (
     TenantSettings,
     TenantSettingsUpdate,
 )
-from app.domain.accounts.services import Principal
-from app.lib.errors import ApiError
+from app.domain.accounts.services import Caller
+from app.lib.errors import InvalidField, KeyExists, KeyRevoked, NotFoundError, error_responses
+from app.writers.registry import WriterRegistry
 
 
 class ApiKeyController(Controller):
@@ -36,48 +36,56 @@ class ApiKeyController(Controller):
     tags = ["admin"]
     guards = [requires_role("admin")]
 
-    @post("/", status_code=HTTP_201_CREATED, summary="Create an API key (the secret is returned once)")
+    @post(
+        "/",
+        status_code=HTTP_201_CREATED,
+        summary="Create an API key (the secret is returned once)",
+        responses=error_responses(InvalidField, KeyExists),
+    )
     async def create_key(
         self,
         data: JSONBody[CreateKeyRequest],
         db_session: NamedDependency[AsyncSession],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
+        key_events: NamedDependency[KeyEvents],
     ) -> Response[CreatedKey]:
         key, secret = await services.create_api_key(
             db_session,
-            tenant_id=request.user.tenant_id,
+            tenant_id=caller.tenant_id,
             name=data.name,
             roles=data.roles,
-            actor=request.user.actor,
-            request_id=request.state.get("request_id"),
+            actor=caller.actor,
+            request_id=caller.request_id,
         )
-        return _created(request, key, secret)
+        return _created(key_events, key, secret)
 
     @post(
         "/{key_id:uuid}/rotate",
         status_code=HTTP_201_CREATED,
         summary="A new key with this key's name and roles; the old one stays valid until revoked",
+        responses=error_responses(NotFoundError, KeyRevoked, KeyExists),
     )
     async def rotate_key(
         self,
         key_id: FromPath[uuid.UUID],
         db_session: NamedDependency[AsyncSession],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
+        key_events: NamedDependency[KeyEvents],
     ) -> Response[CreatedKey]:
         key, secret = await services.rotate_api_key(
             db_session,
-            tenant_id=request.user.tenant_id,
+            tenant_id=caller.tenant_id,
             key_id=key_id,
-            actor=request.user.actor,
-            request_id=request.state.get("request_id"),
+            actor=caller.actor,
+            request_id=caller.request_id,
         )
-        return _created(request, key, secret)
+        return _created(key_events, key, secret)
 
     @get("/", summary="List the tenant's API keys (never their secrets)")
     async def list_keys(
-        self, db_session: NamedDependency[AsyncSession], request: Request[Principal, Any, Any]
+        self, db_session: NamedDependency[AsyncSession], caller: NamedDependency[Caller]
     ) -> KeyList:
-        keys = await services.list_api_keys(db_session, request.user.tenant_id)
+        keys = await services.list_api_keys(db_session, caller.tenant_id)
         return KeyList(
             items=[
                 KeyInfo(
@@ -94,31 +102,35 @@ class ApiKeyController(Controller):
             ]
         )
 
-    @delete("/{key_id:uuid}", status_code=HTTP_204_NO_CONTENT, summary="Revoke an API key")
+    @delete(
+        "/{key_id:uuid}",
+        status_code=HTTP_204_NO_CONTENT,
+        summary="Revoke an API key",
+        responses=error_responses(NotFoundError),
+    )
     async def revoke_key(
         self,
         key_id: FromPath[uuid.UUID],
         db_session: NamedDependency[AsyncSession],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
+        key_events: NamedDependency[KeyEvents],
     ) -> Response[None]:
         await services.revoke_api_key(
             db_session,
-            tenant_id=request.user.tenant_id,
+            tenant_id=caller.tenant_id,
             key_id=key_id,
-            actor=request.user.actor,
-            request_id=request.state.get("request_id"),
+            actor=caller.actor,
+            request_id=caller.request_id,
         )
-        events: KeyEvents = request.app.state.key_events
         # After the commit, or a lookup in between could cache the key again as still valid; published
         # so that every other API process drops it too.
         return Response(
-            None, status_code=HTTP_204_NO_CONTENT, background=BackgroundTask(events.revoked, key_id)
+            None, status_code=HTTP_204_NO_CONTENT, background=BackgroundTask(key_events.revoked, key_id)
         )
 
 
-def _created(request: Request[Principal, Any, Any], key: ApiKey, secret: str) -> Response[CreatedKey]:
+def _created(events: KeyEvents, key: ApiKey, secret: str) -> Response[CreatedKey]:
     """The new key, its secret shown this once; every API process is told it exists (after the commit)."""
-    events: KeyEvents = request.app.state.key_events
     body = CreatedKey(
         id=key.id,
         key=secret,
@@ -139,17 +151,23 @@ class TenantSettingsController(Controller):
 
     @get("/", summary="The tenant's options (its default writer)")
     async def get_settings(
-        self, db_session: NamedDependency[AsyncSession], request: Request[Principal, Any, Any]
+        self, db_session: NamedDependency[AsyncSession], caller: NamedDependency[Caller]
     ) -> TenantSettings:
-        tenant = await services.tenant_settings(db_session, request.user.tenant_id)
+        tenant = await services.tenant_settings(db_session, caller.tenant_id)
         return TenantSettings.of(tenant)
 
-    @patch("/", summary="Set the tenant's writers and destructive-ops policy (null: the deployment's)")
+    @patch(
+        "/",
+        summary="Set the tenant's writers and destructive-ops policy (null: the deployment's)",
+        responses=error_responses(InvalidField),
+    )
     async def update_settings(
         self,
         data: JSONBody[TenantSettingsUpdate],
         db_session: NamedDependency[AsyncSession],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
+        settings: NamedDependency[Settings],
+        writers: NamedDependency[WriterRegistry],
     ) -> TenantSettings:
         changes: dict[str, object] = {}
         if data.writer is not msgspec.UNSET:
@@ -160,7 +178,6 @@ class TenantSettingsController(Controller):
             changes["destructive_ops"] = data.destructive_ops
         if data.destructive_kinds is not msgspec.UNSET:
             changes["destructive_kinds"] = data.destructive_kinds
-        settings: Settings = request.app.state.settings
         for field, most in (
             ("rate_limit_per_s", settings.rate_limit_per_s),
             ("rate_limit_burst", settings.rate_limit_burst),
@@ -169,19 +186,17 @@ class TenantSettingsController(Controller):
             if value is msgspec.UNSET:
                 continue
             if value is not None and most > 0 and value > most:
-                raise ApiError(
+                raise InvalidField(
                     f"{field} may not exceed the deployment's ({most:g}).",
-                    code="validation_error",
-                    status_code=422,
                     details={"field": field, "most": most},
                 )
             changes[field] = value
         tenant = await services.set_tenant_options(
             db_session,
-            tenant_id=request.user.tenant_id,
+            tenant_id=caller.tenant_id,
             changes=changes,
-            known=request.app.state.writers.knows,
-            actor=request.user.actor,
-            request_id=request.state.get("request_id"),
+            known=writers.knows,
+            actor=caller.actor,
+            request_id=caller.request_id,
         )
         return TenantSettings.of(tenant)

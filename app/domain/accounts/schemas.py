@@ -43,7 +43,11 @@ class KeyList(msgspec.Struct):
     items: list[KeyInfo]
 
 
-WriterName = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+WriterName = Annotated[str, msgspec.Meta(min_length=1, max_length=100, extra={"deployment": "writers"})]
+# A shadow writer is named: `default` (an alias of whichever writer is the default) is none.
+ShadowWriterName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=100, extra={"deployment": "named_writers"})
+]
 
 
 class TenantSettings(msgspec.Struct):
@@ -81,9 +85,9 @@ class TenantSettingsUpdate(msgspec.Struct, forbid_unknown_fields=True):
     # A configured writer name, or null for the deployment's default; absent: unchanged.
     writer: WriterName | msgspec.UnsetType | None = msgspec.UNSET
     # Configured writer names ([] for none), or null for the deployment's; absent: unchanged.
-    shadow_writers: Annotated[list[WriterName], msgspec.Meta(max_length=8)] | msgspec.UnsetType | None = (
-        msgspec.UNSET
-    )
+    shadow_writers: (
+        Annotated[list[ShadowWriterName], msgspec.Meta(max_length=8)] | msgspec.UnsetType | None
+    ) = msgspec.UNSET
     # allow (applied), review (held for a human: /v1/admin/reviews) or deny (dropped); null: the deployment's.
     destructive_ops: Literal["allow", "review", "deny"] | msgspec.UnsetType | None = msgspec.UNSET
     # The writer ops the policy covers; null: the deployment's (DELETE and SUPERSEDE).
@@ -94,5 +98,13 @@ class TenantSettingsUpdate(msgspec.Struct, forbid_unknown_fields=True):
     ) = msgspec.UNSET
     # Requests a second (and at once) per API key of the tenant, never above the deployment's limit
     # (`MEMSTORE_RATE_LIMIT_PER_S`, `MEMSTORE_RATE_LIMIT_BURST`): a tenant may tighten, not loosen.
-    rate_limit_per_s: Annotated[float, msgspec.Meta(gt=0)] | msgspec.UnsetType | None = msgspec.UNSET
-    rate_limit_burst: Annotated[int, msgspec.Meta(ge=1)] | msgspec.UnsetType | None = msgspec.UNSET
+    rate_limit_per_s: (
+        Annotated[float, msgspec.Meta(gt=0, extra={"deployment": "max_rate_limit_per_s"})]
+        | msgspec.UnsetType
+        | None
+    ) = msgspec.UNSET
+    rate_limit_burst: (
+        Annotated[int, msgspec.Meta(ge=1, extra={"deployment": "max_rate_limit_burst"})]
+        | msgspec.UnsetType
+        | None
+    ) = msgspec.UNSET

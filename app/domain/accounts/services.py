@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import ApiKey, Tenant
 from app.domain.accounts.repositories import ApiKeyRepository, TenantRepository
-from app.domain.audit.services import record_event
-from app.lib.errors import ApiError, ConflictError, NotFoundError
+from app.domain.audit.services import Actor, record_event
+from app.lib.errors import InvalidField, KeyExists, KeyRevoked, NotFoundError, TenantExists
 from app.lib.ratelimit import Limit
-from app.lib.security import ROLES, display_prefix, generate_api_key, hash_api_key
+from app.lib.security import ROLES, display_prefix, generate_api_key, has_role, hash_api_key
 
 SYSTEM_ACTOR = "system"
 
@@ -35,18 +35,44 @@ class Principal:
         return f"key:{self.key_id}"
 
 
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """What a handler needs of who calls: the key's tenant and roles, and the request it came with."""
+
+    principal: Principal
+    request_id: str | None
+
+    @property
+    def tenant_id(self) -> uuid.UUID:
+        return self.principal.tenant_id
+
+    @property
+    def actor(self) -> str:
+        return self.principal.actor
+
+    @property
+    def roles(self) -> frozenset[str]:
+        return self.principal.roles
+
+    def may(self, role: str) -> bool:
+        """Whether the key holds `role` (`admin` holds every role)."""
+        return has_role(self.principal.roles, role)
+
+    def who(self, reason: str | None = None) -> Actor:
+        """The caller as the author of a change, for provenance and the audit log."""
+        return Actor(self.actor, self.request_id, reason)
+
+
 def _check_roles(roles: Iterable[str]) -> list[str]:
     unknown = sorted(set(roles) - set(ROLES))
     if unknown:
-        raise ApiError(
+        raise InvalidField(
             f"Unknown roles: {', '.join(unknown)}.",
-            code="validation_error",
-            status_code=422,
             details={"roles": unknown, "allowed": list(ROLES)},
         )
     ordered = [r for r in ROLES if r in set(roles)]
     if not ordered:
-        raise ApiError("A key needs at least one role.", code="validation_error", status_code=422)
+        raise InvalidField("A key needs at least one role.", details={"field": "roles"})
     return ordered
 
 
@@ -66,7 +92,7 @@ async def create_api_key(
     key_hash = hash_api_key(secret)
     repo = ApiKeyRepository(session)
     if await repo.get_by_hash(key_hash) is not None:
-        raise ConflictError("That key is already registered.", code="key_exists")
+        raise KeyExists("That key is already registered.")
     key = await repo.add(
         ApiKey(
             tenant_id=tenant_id,
@@ -100,7 +126,7 @@ async def rotate_api_key(
     if old is None:
         raise NotFoundError("No such API key.")
     if old.revoked_at is not None:
-        raise ConflictError("A revoked key cannot be rotated; create a new key.", code="key_revoked")
+        raise KeyRevoked("A revoked key cannot be rotated; create a new key.")
     return await create_api_key(
         session,
         tenant_id=tenant_id,
@@ -161,10 +187,8 @@ async def set_tenant_options(
         for index, name in enumerate(names):
             if not known(str(name)) or (field == "shadow_writers" and name == "default"):
                 where = field if field == "writer" else f"{field}[{index}]"
-                raise ApiError(
+                raise InvalidField(
                     f"Unknown writer {name!r}.",
-                    code="validation_error",
-                    status_code=422,
                     details={"field": where},
                 )
     if not changes:
@@ -199,7 +223,7 @@ async def create_tenant(
     """A new tenant and its first admin key (the given secret, or a generated one)."""
     tenants = TenantRepository(session)
     if await tenants.get_by_name(name) is not None:
-        raise ConflictError(f"A tenant named {name!r} already exists.", code="tenant_exists")
+        raise TenantExists(f"A tenant named {name!r} already exists.")
     tenant = await tenants.add(Tenant(name=name))
     await record_event(
         session,

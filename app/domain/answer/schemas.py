@@ -18,7 +18,8 @@ class AnswerIn(msgspec.Struct, forbid_unknown_fields=True):
     user_id: Id
     question: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
     as_of: Moment | None = None  # answer from the bank as it stood then
-    top_k: Annotated[int, msgspec.Meta(ge=1)] = 10  # at most MEMSTORE_SEARCH_MAX_TOP_K
+    # At most MEMSTORE_SEARCH_MAX_TOP_K (the document says how many).
+    top_k: Annotated[int, msgspec.Meta(ge=1, extra={"deployment": "max_top_k"})] = 10
     agent_id: Id | None = None
 
 

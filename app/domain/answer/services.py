@@ -19,7 +19,7 @@ from app.domain.answer.reader import ChatModel, ChatModelError, Completion
 from app.domain.answer.repositories import AnswerRepository, VersionSource
 from app.domain.search.repositories import Hit
 from app.domain.search.services import Searcher, SearchQuery
-from app.lib.errors import RETRY_AFTER_S, ApiError
+from app.lib.errors import Unavailable
 
 DEFAULT_TOP_K = 10
 
@@ -29,22 +29,6 @@ READER_INSTRUCTIONS = (
     'times ("last year", "yesterday") against it. If the memories do not hold the answer, say that '
     "you do not know. Answer with a short phrase or one sentence, without explanation."
 )
-
-
-class ReaderNotConfiguredError(ApiError):
-    status_code = 501
-    code = "reader_not_configured"
-
-    def __init__(self) -> None:
-        super().__init__(
-            "No read model is configured: set MEMSTORE_READER_BASE_URL and MEMSTORE_READER_MODEL.",
-            details={"settings": ["MEMSTORE_READER_BASE_URL", "MEMSTORE_READER_MODEL"]},
-        )
-
-
-class ReaderUnavailableError(ApiError):
-    status_code = 503
-    code = "unavailable"
 
 
 @dataclass(frozen=True)
@@ -120,15 +104,13 @@ async def answer_question(
     tenant_id: uuid.UUID,
     question: Question,
 ) -> Answer:
-    """Retrieve, then ask the read model; raises `ReaderUnavailableError` (503) when it fails."""
+    """Retrieve, then ask the read model; raises `Unavailable` (503) when it fails."""
     async with sessionmaker() as session, session.begin():
         memories = await retrieve(session, searcher, tenant_id, question)
     try:
         completion = await reader.complete(reader_messages(question.question, memories))
     except ChatModelError as exc:
-        raise ReaderUnavailableError(
-            "The read model is unavailable; retry shortly.",
-            details={"reader": str(exc)[:300]},
-            headers={"Retry-After": RETRY_AFTER_S},
+        raise Unavailable(
+            "The read model is unavailable; retry shortly.", details={"reader": str(exc)[:300]}
         ) from exc
     return Answer(completion.text, completion.model, memories, completion)

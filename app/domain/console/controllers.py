@@ -10,28 +10,24 @@ connection that is not the API's own origin.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import uuid
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from litestar import Controller, Request, Response, get
+from litestar import Controller, Response, get
 from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 from litestar.static_files import create_static_files_router
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.accounts.auth import requires_role
-from app.domain.accounts.services import Principal
+from app.domain.accounts.services import Caller
 from app.domain.console.schemas import ChangesetCount, ChangesetCounts, UserList, UserOut
 from app.domain.history.repositories import HistoryRepository
 from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
 from app.domain.ingest.schemas import ChunkList, ChunkStatus
 from app.domain.memories.repositories import MemoryRepository
-from app.domain.memories.services import decode_cursor
-from app.lib.errors import ApiError
+from app.lib.errors import InvalidField, error_responses
+from app.lib.paging import KeysetCursor, UserCursor, decode_keyset, keyset_cursor, paged
 from app.lib.params import Limit, Text, When
 
 STATIC_DIR = Path(__file__).with_name("static")
@@ -44,8 +40,6 @@ CONSOLE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
-
-Cursor = Annotated[str | None, QueryParameter(max_length=500)]
 
 
 def console_router() -> Any:
@@ -65,88 +59,71 @@ async def _console_headers(response: Response[Any]) -> Response[Any]:
     return response
 
 
-def _encode(*parts: str) -> str:
-    return base64.urlsafe_b64encode("|".join(parts).encode()).decode().rstrip("=")
-
-
-def _user_after(cursor: str) -> str:
-    invalid = ApiError(
-        "The cursor is not valid.", code="validation_error", status_code=422, details={"field": "cursor"}
-    )
-    try:
-        after = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode()
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise invalid from exc
-    if not after or "\x00" in after:  # Postgres cannot compare text holding a NUL
-        raise invalid
-    return after
-
-
-AdminRequest = Request[Principal, Any, Any]
-
-
 class ConsoleReadsController(Controller):
     path = "/v1/admin"
     tags = ["admin"]
     guards = [requires_role("admin")]
 
-    @get("/users", summary="The tenant's users, by user id, with their chunk and active memory counts")
+    @get(
+        "/users",
+        summary="The tenant's users, by user id, with their chunk and active memory counts",
+    )
     async def list_users(
         self,
-        request: AdminRequest,
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
         prefix: Annotated[str | None, QueryParameter(max_length=200)] = None,
         limit: Limit = 50,
-        cursor: Cursor = None,
+        cursor: UserCursor = None,
     ) -> UserList:
-        tenant_id = request.user.tenant_id
-        scopes = await ScopeRepository(db_session).page(
-            tenant_id, prefix=prefix, after=_user_after(cursor) if cursor else None, limit=limit + 1
+        tenant_id = caller.tenant_id
+        page = await paged(
+            lambda n: ScopeRepository(db_session).page(tenant_id, prefix=prefix, after=cursor, limit=n),
+            limit,
+            lambda scope: scope.user_id,
         )
-        page = scopes[:limit]
-        active = await MemoryRepository(db_session).count_active(tenant_id, [s.user_id for s in page])
-        items = [UserOut(s.user_id, s.last_seq, active.get(s.user_id, 0), s.created_at) for s in page]
-        next_cursor = _encode(page[-1].user_id) if len(scopes) > limit else None
-        return UserList(items=items, next_cursor=next_cursor)
+        active = await MemoryRepository(db_session).count_active(tenant_id, [s.user_id for s in page.items])
+        items = [UserOut(s.user_id, s.last_seq, active.get(s.user_id, 0), s.created_at) for s in page.items]
+        return UserList(items=items, next_cursor=page.next_cursor)
 
     @get("/changesets/counts", summary="Changesets counted by kind, writer, model and status")
     async def changeset_counts(
         self,
-        request: AdminRequest,
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
         user_id: Text = None,
         since: When = None,
         until: When = None,
     ) -> ChangesetCounts:
         rows = await HistoryRepository(db_session).changeset_counts(
-            request.user.tenant_id, user_id=user_id, since=since, until=until
+            caller.tenant_id, user_id=user_id, since=since, until=until
         )
         return ChangesetCounts(items=[ChangesetCount(**row) for row in rows])
 
     @get(
-        "/chunks", summary="Chunks in a status (failed by default, or all), newest first, with their messages"
+        "/chunks",
+        summary="Chunks in a status (failed by default, or all), newest first, with their messages",
+        responses=error_responses(InvalidField),
     )
     async def list_chunks(
         self,
-        request: AdminRequest,
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
         status: Annotated[
             Literal["failed", "queued", "processing", "applied", "all"], QueryParameter()
         ] = "failed",
         user_id: Text = None,
         limit: Limit = 50,
-        cursor: Cursor = None,
+        cursor: KeysetCursor = None,
     ) -> ChunkList:
-        before: tuple[datetime, uuid.UUID] | None = decode_cursor(cursor) if cursor else None
-        chunks = await ChunkRepository(db_session).page_by_status(
-            request.user.tenant_id,
-            None if status == "all" else status,
-            user_id=user_id,
-            before=before,
-            limit=limit + 1,
+        before = decode_keyset(cursor) if cursor else None
+        page = await paged(
+            lambda n: ChunkRepository(db_session).page_by_status(
+                caller.tenant_id, None if status == "all" else status, user_id=user_id, before=before, limit=n
+            ),
+            limit,
+            lambda chunk: keyset_cursor(chunk.received_at, chunk.id),
         )
-        page = chunks[:limit]
-        next_cursor = (
-            _encode(page[-1].received_at.isoformat(), str(page[-1].id)) if len(chunks) > limit else None
+        return ChunkList(
+            items=[ChunkStatus.of(c, may_read=True) for c in page.items], next_cursor=page.next_cursor
         )
-        return ChunkList(items=[ChunkStatus.of(c, may_read=True) for c in page], next_cursor=next_cursor)

@@ -38,7 +38,13 @@ from app.domain.memories.version_writer import Restoration, VersionWriter
 from app.domain.pipeline.locks import scope_lock_key
 from app.domain.shadows.services import banks as shadow_banks
 from app.embeddings import Embedder
-from app.lib.errors import ApiError, ConflictError, NotFoundError
+from app.lib.errors import (
+    AlreadyReverted,
+    MemoryChanged,
+    NotFoundError,
+    RevertConflict,
+    TooManyChangesets,
+)
 
 T = TypeVar("T")
 
@@ -133,9 +139,8 @@ async def _embedding_outside_locks(
             if began_here:
                 await session.rollback()  # only this undo's reads and locks: it wrote nothing yet
             if rounds == _EMBED_ROUNDS:
-                raise ConflictError(
-                    "The memories kept changing while their restored texts were embedded; retry.",
-                    code="memory_changed",
+                raise MemoryChanged(
+                    "The memories kept changing while their restored texts were embedded; retry."
                 ) from None
             texts = unembedded.texts
         rounds += 1
@@ -233,11 +238,9 @@ async def rollback_memory(
         repo = HistoryRepository(session)
         heads = await repo.lock_heads(tenant_id, memory.user_id, [memory_id])
         head = heads[memory_id]
-        if not 1 <= to_version <= head.version:
-            raise ApiError(
-                f"to_version must be between 1 and {head.version}.",
-                code="validation_error",
-                status_code=422,
+        if not 1 <= to_version <= head.version:  # (the schema says >= 1; the memory, how many it has)
+            raise NotFoundError(
+                f"The memory has no version {to_version}; its versions are 1 to {head.version}.",
                 details={"field": "to_version", "max": head.version},
             )
         source = (await repo.states_at(tenant_id, [(memory_id, to_version)]))[(memory_id, to_version)]
@@ -289,7 +292,7 @@ async def revert_changeset(
         if changeset is None:
             raise NotFoundError("No such changeset.")
         if changeset.status == "reverted":
-            raise ConflictError("The changeset is already reverted.", code="already_reverted")
+            raise AlreadyReverted("The changeset is already reverted.")
         result = await _revert_changesets(
             session, tenant_id, [changeset], who=who, embedded=embedded, force=force, dry_run=dry_run
         )
@@ -335,11 +338,9 @@ async def bulk_revert(
             lock=True,
         )
         if max_changesets and len(matching) > max_changesets:
-            raise ApiError(
+            raise TooManyChangesets(
                 f"{len(matching)} changesets match, more than one revert takes ({max_changesets}); "
                 "narrow it by user_id or until.",
-                code="too_many_changesets",
-                status_code=422,
                 details={"matching": len(matching), "most": max_changesets},
             )
         result = await _revert_changesets(
@@ -405,9 +406,8 @@ async def _revert_changesets(
         target = {"changesets": [str(c.id) for c in changesets if c.user_id == user_id]}
         scopes.append(ScopeUndo(user_id, heads, targets, target))
     if result.conflicts and not force and not dry_run:
-        raise ConflictError(
+        raise RevertConflict(
             "Later changes touched memories this would revert; pass force to revert them anyway.",
-            code="revert_conflict",
             details={"conflicts": result.conflicts},
         )
     await write_undo(

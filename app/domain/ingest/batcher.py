@@ -43,7 +43,16 @@ from app.domain.ingest.schemas import ChunkIn
 from app.domain.ingest.services import Accepted, body_hash, wake_ups
 from app.domain.pipeline.repositories import PipelineRepository
 from app.lib import metrics
-from app.lib.errors import ApiError, ConflictError, data_error, is_db_outage
+from app.lib.errors import (
+    ApiError,
+    ConflictError,
+    IdempotencyConflict,
+    Overloaded,
+    QueueFull,
+    Unavailable,
+    data_error,
+    is_db_outage,
+)
 from app.lib.queue import JobQueue
 from app.lib.validation import encode_moment
 
@@ -108,12 +117,7 @@ class IngestBatcher:
             raise _shutting_down()
         if lane.pending_chunks + len(chunks) > self.max_pending:
             metrics.INGEST_REJECTED.labels("overloaded").inc()
-            raise ApiError(
-                "Too many chunks are waiting to be stored; retry shortly.",
-                code="overloaded",
-                status_code=503,
-                headers={"Retry-After": "1"},
-            )
+            raise Overloaded("Too many chunks are waiting to be stored; retry shortly.")
         lane.pending.append(_Request(principal, chunks, request_id, future))
         lane.pending_chunks += len(chunks)
         lane.ready.set()
@@ -447,11 +451,8 @@ class _Caps:
             cap = self.per_scope if over_scope else self.per_tenant
             _fail_request(
                 request,
-                ApiError(
+                QueueFull(
                     f"Too many chunks of {where} wait to be applied (at most {cap}); retry later.",
-                    code="queue_full",
-                    status_code=429,
-                    headers={"Retry-After": "5"},
                     details={"user_id": over_scope[0]} if over_scope else {"scope": "tenant"},
                 ),
             )
@@ -481,12 +482,7 @@ def _fail_request(request: _Request, exc: BaseException) -> None:
 
 
 def _shutting_down() -> ApiError:
-    return ApiError(
-        "The server is shutting down; retry.",
-        code="unavailable",
-        status_code=503,
-        headers={"Retry-After": "2"},
-    )
+    return Unavailable("The server is shutting down; retry.")
 
 
 def _kept(audit_row: dict[str, object], inserted: set[uuid.UUID]) -> bool:
@@ -494,9 +490,8 @@ def _kept(audit_row: dict[str, object], inserted: set[uuid.UUID]) -> bool:
 
 
 def _conflict(chunk_id: uuid.UUID) -> ConflictError:
-    return ConflictError(
+    return IdempotencyConflict(
         "This Idempotency-Key was used with a different body.",
-        code="idempotency_conflict",
         details={"chunk_id": str(chunk_id)},
     )
 

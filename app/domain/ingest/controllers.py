@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, HeaderParameter, JSONBody
 from litestar.status_codes import HTTP_200_OK, HTTP_202_ACCEPTED
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.config import Settings
 from app.domain.accounts.auth import requires_any_role, requires_role
-from app.domain.accounts.services import Principal
+from app.domain.accounts.services import Caller
 from app.domain.ingest import services
 from app.domain.ingest.batcher import IngestBatcher
 from app.domain.ingest.schemas import BatchAccepted, BatchIn, ChunkAccepted, ChunkIn, ChunkStatus
-from app.lib.errors import ApiError
+from app.lib.errors import (
+    IdempotencyConflict,
+    InvalidField,
+    NotFoundError,
+    Overloaded,
+    QueueFull,
+    Unavailable,
+    error_responses,
+)
+from app.writers.registry import WriterRegistry
 
 IdempotencyKey = Annotated[
     str | None, HeaderParameter(name="Idempotency-Key", required=False, max_length=200, min_length=1)
 ]
+
+
+REPLAYED = "A replay: an earlier chunk had this Idempotency-Key and the same body; its acknowledgement."
 
 
 def _accepted(result: services.Accepted) -> ChunkAccepted:
@@ -38,19 +52,22 @@ class ChunkController(Controller):
         guards=[requires_role("ingest")],
         status_code=HTTP_202_ACCEPTED,
         summary="Accept a conversation chunk (durable when this returns)",
+        responses={
+            200: ResponseSpec(ChunkAccepted, description=REPLAYED),
+            **error_responses(InvalidField, IdempotencyConflict, QueueFull, Overloaded, Unavailable),
+        },
     )
     async def post_chunk(
         self,
         data: JSONBody[ChunkIn],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
+        settings: NamedDependency[Settings],
+        writers: NamedDependency[WriterRegistry],
+        ingest_batcher: NamedDependency[IngestBatcher],
         idempotency_key: IdempotencyKey = None,
     ) -> Response[ChunkAccepted]:
-        state = request.app.state
-        services.validate_chunks([data], state.settings, state.writers)
-        batcher: IngestBatcher = state.ingest_batcher
-        [result] = await batcher.submit(
-            request.user, [(data, idempotency_key)], request.state.get("request_id")
-        )
+        services.validate_chunks([data], settings, writers)
+        [result] = await ingest_batcher.submit(caller.principal, [(data, idempotency_key)], caller.request_id)
         return Response(_accepted(result), status_code=HTTP_200_OK if result.replayed else HTTP_202_ACCEPTED)
 
     @post(
@@ -58,31 +75,38 @@ class ChunkController(Controller):
         guards=[requires_role("ingest")],
         status_code=HTTP_202_ACCEPTED,
         summary="Accept several chunks at once, atomically, in order",
+        responses=error_responses(InvalidField, IdempotencyConflict, QueueFull, Overloaded, Unavailable),
     )
     async def post_batch(
-        self, data: JSONBody[BatchIn], request: Request[Principal, Any, Any]
+        self,
+        data: JSONBody[BatchIn],
+        caller: NamedDependency[Caller],
+        settings: NamedDependency[Settings],
+        writers: NamedDependency[WriterRegistry],
+        ingest_batcher: NamedDependency[IngestBatcher],
     ) -> BatchAccepted:
-        state = request.app.state
-        if len(data.chunks) > state.settings.max_batch_chunks:
-            raise ApiError(
-                f"A batch may hold at most {state.settings.max_batch_chunks} chunks.",
-                code="validation_error",
-                status_code=422,
-                details={"field": "chunks", "max": state.settings.max_batch_chunks},
+        if len(data.chunks) > settings.max_batch_chunks:
+            raise InvalidField(
+                f"A batch may hold at most {settings.max_batch_chunks} chunks.",
+                details={"field": "chunks", "max": settings.max_batch_chunks},
             )
-        services.validate_chunks(data.chunks, state.settings, state.writers)
-        batcher: IngestBatcher = state.ingest_batcher
-        results = await batcher.submit(
-            request.user, [(c, c.idempotency_key) for c in data.chunks], request.state.get("request_id")
+        services.validate_chunks(data.chunks, settings, writers)
+        results = await ingest_batcher.submit(
+            caller.principal, [(c, c.idempotency_key) for c in data.chunks], caller.request_id
         )
         return BatchAccepted(results=[_accepted(r) for r in results])
 
-    @get("/{chunk_id:uuid}", guards=[requires_any_role("ingest", "read")], summary="A chunk's progress")
+    @get(
+        "/{chunk_id:uuid}",
+        guards=[requires_any_role("ingest", "read")],
+        summary="A chunk's progress",
+        responses=error_responses(NotFoundError),
+    )
     async def get_chunk(
         self,
         chunk_id: FromPath[uuid.UUID],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
     ) -> ChunkStatus:
-        chunk = await services.get_chunk(db_session, request.user.tenant_id, chunk_id)
-        return ChunkStatus.of(chunk, may_read=bool(request.user.roles & {"read", "admin"}))
+        chunk = await services.get_chunk(db_session, caller.tenant_id, chunk_id)
+        return ChunkStatus.of(chunk, may_read=caller.may("read"))

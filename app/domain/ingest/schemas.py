@@ -23,13 +23,17 @@ class MessageIn(msgspec.Struct, forbid_unknown_fields=True):
     created_at: Moment | None = None
 
 
+WriterName = Annotated[str, msgspec.Meta(min_length=1, max_length=100, extra={"deployment": "writers"})]
+
+
 class ChunkIn(msgspec.Struct, forbid_unknown_fields=True):
     user_id: Id
     messages: Annotated[list[MessageIn], msgspec.Meta(min_length=1)]
     agent_id: Id | None = None
     run_id: Id | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    writer: Annotated[str, msgspec.Meta(min_length=1, max_length=100)] | None = None
+    # A writer this deployment has (the OpenAPI document lists them); none: the tenant's default.
+    writer: WriterName | None = None
 
     def __post_init__(self) -> None:
         if json_depth_exceeds(self.metadata, MAX_METADATA_DEPTH):

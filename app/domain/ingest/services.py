@@ -19,7 +19,7 @@ from app.db.models import Chunk
 from app.domain.ingest.repositories import ChunkRepository
 from app.domain.ingest.schemas import ChunkIn
 from app.domain.pipeline.wakeups import ScopeWake, WakeReason, scope_wake
-from app.lib.errors import ApiError, NotFoundError
+from app.lib.errors import InvalidField, NotFoundError
 from app.lib.validation import encode_moment
 from app.writers.registry import WriterRegistry
 
@@ -47,25 +47,19 @@ def validate_chunks(chunks: Sequence[ChunkIn], settings: Settings, registry: Wri
     for index, chunk in enumerate(chunks):
         where = f"chunks[{index}]." if batch else ""
         if len(chunk.messages) > settings.max_messages_per_chunk:
-            raise ApiError(
+            raise InvalidField(
                 f"A chunk may hold at most {settings.max_messages_per_chunk} messages.",
-                code="validation_error",
-                status_code=422,
                 details={"field": f"{where}messages", "max": settings.max_messages_per_chunk},
             )
         for i, message in enumerate(chunk.messages):
             if len(message.content) > settings.max_message_chars:
-                raise ApiError(
+                raise InvalidField(
                     f"A message may hold at most {settings.max_message_chars} characters.",
-                    code="validation_error",
-                    status_code=422,
                     details={"field": f"{where}messages[{i}].content", "max": settings.max_message_chars},
                 )
         if chunk.writer is not None and not registry.knows(chunk.writer):
-            raise ApiError(
+            raise InvalidField(
                 f"Unknown writer {chunk.writer!r}.",
-                code="validation_error",
-                status_code=422,
                 details={"field": f"{where}writer", "allowed": registry.names()},
             )
 

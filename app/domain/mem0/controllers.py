@@ -13,19 +13,22 @@ import re
 import uuid
 from typing import Annotated, Any
 
-from litestar import Controller, Request, Response, Router, delete, get, post, put
+from litestar import Controller, Response, Router, delete, get, post, put
 from litestar.di import NamedDependency
 from litestar.enums import ScopeType
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_202_ACCEPTED
 from litestar.types import ASGIApp, Receive, Scope, Send
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.config import Settings
 from app.domain.accounts.auth import requires_any_role, requires_role
-from app.domain.accounts.services import Principal
+from app.domain.accounts.services import Caller
 from app.domain.audit.services import record_event
 from app.domain.ingest import services as ingest
 from app.domain.ingest.batcher import IngestBatcher
+from app.domain.ingest.controllers import REPLAYED
 from app.domain.mem0 import services
 from app.domain.mem0.filters import compile_filters
 from app.domain.mem0.repositories import Mem0Repository
@@ -51,8 +54,21 @@ from app.domain.mem0.schemas import (
 )
 from app.domain.memories import services as memories
 from app.domain.search.services import Searcher, SearchQuery
-from app.lib.errors import ApiError
-from app.lib.security import has_role
+from app.embeddings.base import Embedder
+from app.lib.errors import (
+    EmbedderMismatch,
+    IdempotencyConflict,
+    InvalidField,
+    InvalidFilters,
+    MemoryChanged,
+    MemoryNotActive,
+    NotFoundError,
+    Overloaded,
+    QueueFull,
+    Unavailable,
+    error_responses,
+)
+from app.writers.registry import WriterRegistry
 
 PREFIX = "/mem0"
 MAX_PAGE_SIZE = 1_000
@@ -62,25 +78,17 @@ IdempotencyKey = Annotated[
 ]
 
 
-def _may_read(principal: Principal) -> bool:
-    return has_role(principal.roles, "read")
-
-
-def _writing(request: Request[Principal, Any, Any]) -> dict[str, Any]:
-    """What a hand edit of this request is attributed to, and the configured embedder."""
-    return {
-        "actor": request.user.actor,
-        "request_id": request.state.get("request_id"),
-        "embedder": request.app.state.searcher.embedder,
-    }
+def _writing(caller: Caller, embedder: Embedder) -> dict[str, Any]:
+    """What a hand edit is attributed to, and the embedder it embeds with (the configured one)."""
+    return {"actor": caller.actor, "request_id": caller.request_id, "embedder": embedder}
 
 
 class Mem0Controller(Controller):
     tags = ["mem0"]
 
     @get("/v1/ping", summary="Mem0: check the key (what MemoryClient calls when it is made)")
-    async def ping(self, request: Request[Principal, Any, Any]) -> Ping:
-        principal = request.user
+    async def ping(self, caller: NamedDependency[Caller]) -> Ping:
+        principal = caller.principal
         return Ping(
             status="ok",
             org_id=str(principal.tenant_id),
@@ -96,19 +104,24 @@ class Mem0Controller(Controller):
         guards=[requires_role("ingest")],
         status_code=HTTP_202_ACCEPTED,
         summary="Mem0: add messages (a chunk, durable when this returns; its event is the chunk)",
+        responses={
+            200: ResponseSpec(AddAccepted, description=REPLAYED),
+            **error_responses(InvalidField, IdempotencyConflict, QueueFull, Overloaded, Unavailable),
+        },
     )
     async def add(
         self,
         data: JSONBody[AddIn],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
+        settings: NamedDependency[Settings],
+        writers: NamedDependency[WriterRegistry],
+        ingest_batcher: NamedDependency[IngestBatcher],
         idempotency_key: IdempotencyKey = None,
     ) -> Response[AddAccepted]:
-        state = request.app.state
         chunk = services.chunk_of(data)
-        ingest.validate_chunks([chunk], state.settings, state.writers)
-        batcher: IngestBatcher = state.ingest_batcher
-        [result] = await batcher.submit(
-            request.user, [(chunk, idempotency_key)], request.state.get("request_id")
+        ingest.validate_chunks([chunk], settings, writers)
+        [result] = await ingest_batcher.submit(
+            caller.principal, [(chunk, idempotency_key)], caller.request_id
         )
         accepted = AddAccepted(
             event_id=result.chunk_id,
@@ -121,33 +134,33 @@ class Mem0Controller(Controller):
         "/v1/event/{event_id:uuid}",
         guards=[requires_any_role("ingest", "read")],
         summary="Mem0: an add's progress and, once applied, the memories it wrote",
+        responses=error_responses(NotFoundError),
     )
     async def event(
         self,
         event_id: FromPath[uuid.UUID],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
     ) -> EventOut:
-        return await services.event(
-            db_session, request.user.tenant_id, event_id, may_read=_may_read(request.user)
-        )
+        return await services.event(db_session, caller.tenant_id, event_id, may_read=caller.may("read"))
 
     @post(
         "/v3/memories",
         guards=[requires_role("read")],
         status_code=HTTP_200_OK,
         summary="Mem0: active memories matching filters, newest first, a page at a time",
+        responses=error_responses(InvalidFilters, InvalidField),
     )
     async def list_memories(
         self,
         data: JSONBody[ListIn],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
         page: Annotated[int, QueryParameter(ge=1, le=1_000_000)] = 1,
         page_size: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE_SIZE)] = 100,
     ) -> MemoryPage:
         total, found = await services.page(
-            db_session, request.user.tenant_id, data.filters, page=page, page_size=page_size
+            db_session, caller.tenant_id, data.filters, page=page, page_size=page_size
         )
         at = f"{PREFIX}/v3/memories/?page_size={page_size}&page="
         return MemoryPage(
@@ -162,31 +175,33 @@ class Mem0Controller(Controller):
         guards=[requires_role("read")],
         status_code=HTTP_200_OK,
         summary="Mem0: the memories best matching a query among those the filters allow",
+        responses=error_responses(InvalidFilters, InvalidField, EmbedderMismatch, Unavailable),
     )
     async def search(
         self,
         data: JSONBody[SearchIn],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
+        searcher: NamedDependency[Searcher],
+        settings: NamedDependency[Settings],
     ) -> SearchOut:
         compiled = compile_filters(data.filters)
-        searcher: Searcher = request.app.state.searcher
         one_user = next(iter(compiled.user_ids)) if len(compiled.user_ids) == 1 else None
         # The search ranks a pool as large as it serves; the filters then keep those they allow.
         hits = await searcher.search(
             db_session,
-            request.user.tenant_id,
+            caller.tenant_id,
             SearchQuery(
                 query=data.query,
                 user_id=one_user,
                 all_users=one_user is None,
-                top_k=request.app.state.settings.search_max_top_k,
+                top_k=settings.search_max_top_k,
                 threshold=data.threshold if data.threshold is not None else 0.0,
                 mode="vector" if data.keyword_search is False else "hybrid",
             ),
         )
         allowed = await Mem0Repository(db_session).matching_ids(
-            request.user.tenant_id, [h.id for h in hits], compiled.condition
+            caller.tenant_id, [h.id for h in hits], compiled.condition
         )
         kept = [h for h in hits if h.id in allowed][: data.top_k]
         return SearchOut(
@@ -197,48 +212,48 @@ class Mem0Controller(Controller):
         "/v1/memories/{memory_id:uuid}",
         guards=[requires_role("read")],
         summary="Mem0: one memory (a deleted one is 404, as in Mem0)",
+        responses=error_responses(NotFoundError),
     )
     async def get_memory(
         self,
         memory_id: FromPath[uuid.UUID],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
     ) -> Mem0Memory:
-        return Mem0Memory.of(await services.live_memory(db_session, request.user.tenant_id, memory_id))
+        return Mem0Memory.of(await services.live_memory(db_session, caller.tenant_id, memory_id))
 
     @put(
         "/v1/memories/{memory_id:uuid}",
         guards=[requires_role("write")],
         summary="Mem0: new text for a memory (a hand edit: a new version, revertible)",
+        responses=error_responses(NotFoundError, InvalidField, MemoryNotActive, MemoryChanged),
     )
     async def update_memory(
         self,
         memory_id: FromPath[uuid.UUID],
         data: JSONBody[UpdateIn],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
+        embedder: NamedDependency[Embedder],
+        settings: NamedDependency[Settings],
     ) -> Mem0Memory:
         if data.metadata is not None or data.expiration_date is not None:
-            raise ApiError(
+            raise InvalidField(
                 "Memstore's memories hold no metadata and do not expire; send text only.",
-                code="validation_error",
-                status_code=422,
                 details={"field": "metadata" if data.metadata is not None else "expiration_date"},
             )
         if data.text is None:
-            raise ApiError(
-                "text is required.", code="validation_error", status_code=422, details={"field": "text"}
-            )
-        await services.live_memory(db_session, request.user.tenant_id, memory_id)
+            raise InvalidField("text is required.", details={"field": "text"})
+        await services.live_memory(db_session, caller.tenant_id, memory_id)
         memory = await memories.edit_memory(
             db_session,
-            request.user.tenant_id,
+            caller.tenant_id,
             memory_id,
             content=data.text,
             tags=None,
             reason="mem0 update",
-            limits=memories.ApplyLimits(max_chars=request.app.state.settings.max_memory_chars),
-            **_writing(request),
+            limits=memories.ApplyLimits(max_chars=settings.max_memory_chars),
+            **_writing(caller, embedder),
         )
         return Mem0Memory.of(memory)
 
@@ -247,18 +262,20 @@ class Mem0Controller(Controller):
         guards=[requires_role("write")],
         status_code=HTTP_200_OK,
         summary="Mem0: delete a memory (soft: a new version with status deleted, revertible)",
+        responses=error_responses(NotFoundError, MemoryNotActive, MemoryChanged),
     )
     async def delete_memory(
         self,
         memory_id: FromPath[uuid.UUID],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
+        embedder: NamedDependency[Embedder],
         delete_linked: Annotated[bool, QueryParameter()] = False,
     ) -> Message:
         # Superseded memories are already out of every search: `delete_linked` has nothing to add.
-        await services.live_memory(db_session, request.user.tenant_id, memory_id)
+        await services.live_memory(db_session, caller.tenant_id, memory_id)
         await memories.delete_memory(
-            db_session, request.user.tenant_id, memory_id, reason="mem0 delete", **_writing(request)
+            db_session, caller.tenant_id, memory_id, reason="mem0 delete", **_writing(caller, embedder)
         )
         return Message(message="Memory deleted successfully!")
 
@@ -266,14 +283,15 @@ class Mem0Controller(Controller):
         "/v1/memories/{memory_id:uuid}/history",
         guards=[requires_role("read")],
         summary="Mem0: a memory's versions, oldest first",
+        responses=error_responses(NotFoundError),
     )
     async def history(
         self,
         memory_id: FromPath[uuid.UUID],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
     ) -> list[HistoryEntry]:
-        versions = await memories.memory_history(db_session, request.user.tenant_id, memory_id)
+        versions = await memories.memory_history(db_session, caller.tenant_id, memory_id)
         return services.history_entries(versions)
 
     @delete(
@@ -281,39 +299,46 @@ class Mem0Controller(Controller):
         guards=[requires_role("write")],
         status_code=HTTP_200_OK,
         summary="Mem0: delete every active memory of a user, agent or run (soft, revertible)",
+        responses=error_responses(InvalidField, MemoryChanged),
     )
     async def delete_all(
         self,
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
+        embedder: NamedDependency[Embedder],
         user_id: Annotated[str | None, QueryParameter(min_length=1, max_length=200)] = None,
         agent_id: Annotated[str | None, QueryParameter(min_length=1, max_length=200)] = None,
         run_id: Annotated[str | None, QueryParameter(min_length=1, max_length=200)] = None,
     ) -> Message:
         named = {k: v for k, v in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)) if v}
         if not named:
-            raise ApiError(
+            raise InvalidField(
                 "Name what to delete: user_id, agent_id or run_id.",
-                code="validation_error",
-                status_code=422,
                 details={"field": "user_id"},
             )
-        found = await Mem0Repository(db_session).active(
-            request.user.tenant_id, compile_filters(named).condition
+        found = await Mem0Repository(db_session).active(caller.tenant_id, compile_filters(named).condition)
+        deleted = await services.delete_many(
+            db_session, found, reason="mem0 delete_all", **_writing(caller, embedder)
         )
-        deleted = await services.delete_many(db_session, found, reason="mem0 delete_all", **_writing(request))
         return Message(message=f"{deleted} memories deleted successfully!")
 
-    @put("/v1/batch", guards=[requires_role("write")], summary="Mem0: new text for up to 1,000 memories")
+    @put(
+        "/v1/batch",
+        guards=[requires_role("write")],
+        summary="Mem0: new text for up to 1,000 memories",
+        responses=error_responses(NotFoundError, InvalidField, MemoryNotActive, MemoryChanged),
+    )
     async def batch_update(
         self,
         data: JSONBody[BatchUpdateIn],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
+        embedder: NamedDependency[Embedder],
+        settings: NamedDependency[Settings],
     ) -> Message:
-        tenant_id = request.user.tenant_id
+        tenant_id = caller.tenant_id
         await services.memories_by_ids(db_session, tenant_id, [m.memory_id for m in data.memories])
-        limits = memories.ApplyLimits(max_chars=request.app.state.settings.max_memory_chars)
+        limits = memories.ApplyLimits(max_chars=settings.max_memory_chars)
         for item in data.memories:  # one transaction: all of them, or (an error) none
             await memories.edit_memory(
                 db_session,
@@ -323,7 +348,7 @@ class Mem0Controller(Controller):
                 tags=None,
                 reason="mem0 batch update",
                 limits=limits,
-                **_writing(request),
+                **_writing(caller, embedder),
             )
         return Message(message=f"Successfully updated {len(data.memories)} memories")
 
@@ -332,30 +357,32 @@ class Mem0Controller(Controller):
         guards=[requires_role("write")],
         status_code=HTTP_200_OK,
         summary="Mem0: delete up to 1,000 memories (soft, one revertible changeset per user)",
+        responses=error_responses(NotFoundError, InvalidField, MemoryChanged),
     )
     async def batch_delete(
         self,
         data: JSONBody[BatchDeleteIn],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
+        embedder: NamedDependency[Embedder],
     ) -> Message:
         found = await services.memories_by_ids(
-            db_session, request.user.tenant_id, [m.memory_id for m in data.memories]
+            db_session, caller.tenant_id, [m.memory_id for m in data.memories]
         )
         deleted = await services.delete_many(
-            db_session, found, reason="mem0 batch delete", **_writing(request)
+            db_session, found, reason="mem0 batch delete", **_writing(caller, embedder)
         )
         return Message(message=f"Successfully deleted {deleted} memories")
 
     @get("/v1/entities", guards=[requires_role("read")], summary="Mem0: users, agents and runs with memories")
     async def entities(
-        self, request: Request[Principal, Any, Any], db_session: NamedDependency[AsyncSession]
+        self, caller: NamedDependency[Caller], db_session: NamedDependency[AsyncSession]
     ) -> EntityList:
         repo = Mem0Repository(db_session)
         results = [
             Entity(id=name, name=name, type=kind, total_memories=n, created_at=first, updated_at=last)  # type: ignore[arg-type]
             for kind in services.ENTITY_KINDS
-            for name, n, first, last in await repo.entities(request.user.tenant_id, kind)
+            for name, n, first, last in await repo.entities(caller.tenant_id, kind)
         ]
         return EntityList(count=len(results), results=results)
 
@@ -364,19 +391,23 @@ class Mem0Controller(Controller):
         guards=[requires_role("write")],
         status_code=HTTP_200_OK,
         summary="Mem0: delete an entity's memories (soft, revertible; the entity's history stays)",
+        responses=error_responses(NotFoundError, MemoryChanged),
     )
     async def delete_entity(
         self,
         kind: FromPath[str],
         name: FromPath[str],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
+        embedder: NamedDependency[Embedder],
     ) -> Message:
         condition = services.entity_condition(kind, name)
-        found = await Mem0Repository(db_session).active(request.user.tenant_id, condition)
+        found = await Mem0Repository(db_session).active(caller.tenant_id, condition)
         if not found:
-            raise ApiError(f"No {kind} {name!r} with memories.", code="not_found", status_code=404)
-        await services.delete_many(db_session, found, reason=f"mem0 delete {kind}", **_writing(request))
+            raise NotFoundError(f"No {kind} {name!r} with memories.")
+        await services.delete_many(
+            db_session, found, reason=f"mem0 delete {kind}", **_writing(caller, embedder)
+        )
         return Message(message="Entity deleted successfully.")
 
     @post(
@@ -384,22 +415,23 @@ class Mem0Controller(Controller):
         guards=[requires_role("read")],
         status_code=HTTP_200_OK,
         summary="Mem0: feedback on a memory (kept in the audit log as memory.feedback)",
+        responses=error_responses(NotFoundError),
     )
     async def feedback(
         self,
         data: JSONBody[FeedbackIn],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
     ) -> Message:
-        memory = await services.live_memory(db_session, request.user.tenant_id, data.memory_id)
+        memory = await services.live_memory(db_session, caller.tenant_id, data.memory_id)
         await record_event(
             db_session,
-            tenant_id=request.user.tenant_id,
-            actor=request.user.actor,
+            tenant_id=caller.tenant_id,
+            actor=caller.actor,
             action="memory.feedback",
             target_type="memory",
             target_id=str(memory.id),
-            request_id=request.state.get("request_id"),
+            request_id=caller.request_id,
             summary={"feedback": data.feedback, "reason": data.feedback_reason, "version": memory.version},
         )
         return Message(message="Feedback recorded")

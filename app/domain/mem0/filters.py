@@ -18,7 +18,7 @@ operators: `eq ne gt gte lt lte in nin contains icontains`.
 
 Anything else — an unknown field (`metadata`, `app_id`, ...), an unknown operator, a value of the
 wrong type, text with a NUL, nesting deeper than `MAX_DEPTH`, a list longer than `MAX_LIST`, more than
-`MAX_NODES` conditions in all — raises `FilterError`, which the routes answer with 400
+`MAX_NODES` conditions in all — raises `InvalidFilters`, which the routes answer with 400
 `invalid_filters` naming where it was (`filters.AND[1].OR[0].categories`). Every value is a bound
 parameter; no text of the client's reaches the SQL. Conditions are two-valued: a field that is not
 set (an agent_id of a memory written for no agent) is "not equal" to any value, so `NOT` of a
@@ -37,7 +37,7 @@ from sqlalchemy import ColumnElement, Text, and_, false, func, literal, not_, or
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from app.db.models import Memory
-from app.lib.errors import ApiError
+from app.lib.errors import InvalidFilters
 
 MAX_DEPTH = 8
 MAX_LIST = 100
@@ -62,16 +62,6 @@ _FIELD_OPERATORS = {
 FIELDS = tuple(_FIELD_OPERATORS)
 
 
-class FilterError(ApiError):
-    """A filter Memstore cannot run; `where` says which part of it."""
-
-    status_code = 400
-    code = "invalid_filters"
-
-    def __init__(self, where: str, reason: str) -> None:
-        super().__init__(f"{where}: {reason}", details={"field": where, "reason": reason})
-
-
 @dataclass
 class Compiled:
     """A filter as SQL, and the scope values it pins (the `user_id` an `eq` at the top level names)."""
@@ -81,7 +71,7 @@ class Compiled:
 
 
 def compile_filters(filters: Any, where: str = "filters") -> Compiled:
-    """`filters` (as decoded from JSON) -> a condition on `Memory`; raises `FilterError`."""
+    """`filters` (as decoded from JSON) -> a condition on `Memory`; raises `InvalidFilters`."""
     if filters is None:
         return Compiled(true())
     compiler = _Compiler()
@@ -107,16 +97,16 @@ class _Compiler:
 
     def node(self, value: Any, where: str, depth: int) -> ColumnElement[bool]:
         if depth > MAX_DEPTH:
-            raise FilterError(where, f"filters nest at most {MAX_DEPTH} levels deep")
+            raise InvalidFilters(where, f"filters nest at most {MAX_DEPTH} levels deep")
         if not isinstance(value, dict):
-            raise FilterError(where, "a filter is an object of fields and AND / OR / NOT")
+            raise InvalidFilters(where, "a filter is an object of fields and AND / OR / NOT")
         if not value:
-            raise FilterError(where, "a filter names at least one field")
+            raise InvalidFilters(where, "a filter names at least one field")
         parts = []
         for key, item in value.items():
             self.nodes += 1
             if self.nodes > MAX_NODES:
-                raise FilterError(where, f"a filter holds at most {MAX_NODES} conditions")
+                raise InvalidFilters(where, f"a filter holds at most {MAX_NODES} conditions")
             at = f"{where}.{key}"
             if key in LOGICAL:
                 parts.append(self.logical(key, item, at, depth))
@@ -124,16 +114,16 @@ class _Compiler:
                 parts.append(self.field(key, item, at))
             else:
                 known = ", ".join((*FIELDS, *LOGICAL))
-                raise FilterError(at, f"unknown or unsupported field {_shown(key)} (known: {known})")
+                raise InvalidFilters(at, f"unknown or unsupported field {_shown(key)} (known: {known})")
         return and_(*parts) if len(parts) > 1 else parts[0]
 
     def logical(self, key: str, item: Any, where: str, depth: int) -> ColumnElement[bool]:
         if key == "NOT" and isinstance(item, dict):
             item = [item]
         if not isinstance(item, list) or not item:
-            raise FilterError(where, f"{key} takes a non-empty list of filters")
+            raise InvalidFilters(where, f"{key} takes a non-empty list of filters")
         if len(item) > MAX_LIST:
-            raise FilterError(where, f"{key} takes at most {MAX_LIST} filters")
+            raise InvalidFilters(where, f"{key} takes at most {MAX_LIST} filters")
         terms = [self.node(term, f"{where}[{i}]", depth + 1) for i, term in enumerate(item)]
         if key == "AND":
             return and_(*terms)
@@ -147,28 +137,28 @@ class _Compiler:
         if not isinstance(spec, dict):
             return self.operator(name, "eq", spec, where)
         if not spec:
-            raise FilterError(where, "an operator object names at least one operator")
+            raise InvalidFilters(where, "an operator object names at least one operator")
         parts = []
         for op, value in spec.items():
             self.nodes += 1
             if self.nodes > MAX_NODES:
-                raise FilterError(where, f"a filter holds at most {MAX_NODES} conditions")
+                raise InvalidFilters(where, f"a filter holds at most {MAX_NODES} conditions")
             parts.append(self.operator(name, op, value, f"{where}.{op}"))
         return and_(*parts) if len(parts) > 1 else parts[0]
 
     def operator(self, name: str, op: Any, value: Any, where: str) -> ColumnElement[bool]:
         if op not in OPERATORS:
-            raise FilterError(where, f"unknown operator {_shown(op)} (known: {', '.join(OPERATORS)})")
+            raise InvalidFilters(where, f"unknown operator {_shown(op)} (known: {', '.join(OPERATORS)})")
         if op not in _FIELD_OPERATORS[name]:
             allowed = ", ".join(_FIELD_OPERATORS[name])
-            raise FilterError(where, f"{name} does not take {op} (it takes: {allowed})")
+            raise InvalidFilters(where, f"{name} does not take {op} (it takes: {allowed})")
         if value == WILDCARD and op == "eq":
             return _is_set(name)
         if op in ("in", "nin"):
             if not isinstance(value, list):
-                raise FilterError(where, f"{op} takes a list")
+                raise InvalidFilters(where, f"{op} takes a list")
             if len(value) > MAX_LIST:
-                raise FilterError(where, f"{op} takes at most {MAX_LIST} values")
+                raise InvalidFilters(where, f"{op} takes at most {MAX_LIST} values")
             values = [_value(name, v, f"{where}[{i}]") for i, v in enumerate(value)]
             return _membership(name, values, negate=op == "nin")
         return _COMPARE[op](name, _value(name, value, where))
@@ -190,15 +180,15 @@ def _value(name: str, value: Any, where: str) -> Any:
     if not isinstance(value, str):
         return _wrong(where, "a string")
     if "\x00" in value:
-        raise FilterError(where, "text may not hold a NUL character")
+        raise InvalidFilters(where, "text may not hold a NUL character")
     limit = MAX_TEXT if name == "memory" else 200
     if not value or len(value) > limit:
-        raise FilterError(where, f"text of 1 … {limit} characters")
+        raise InvalidFilters(where, f"text of 1 … {limit} characters")
     return value
 
 
 def _wrong(where: str, expected: str) -> Any:
-    raise FilterError(where, f"expected {expected}")
+    raise InvalidFilters(where, f"expected {expected}")
 
 
 def _moment(value: Any, where: str) -> datetime:
@@ -211,7 +201,7 @@ def _moment(value: Any, where: str) -> datetime:
     except ValueError:
         return _wrong(where, "an RFC 3339 time with a zone, or a date (YYYY-MM-DD)")  # type: ignore[no-any-return]
     if moment.tzinfo is None:
-        raise FilterError(where, "a time needs a zone (Z or +hh:mm)")
+        raise InvalidFilters(where, "a time needs a zone (Z or +hh:mm)")
     return moment
 
 

@@ -26,7 +26,7 @@ from app.domain.mem0.repositories import Mem0Repository
 from app.domain.mem0.schemas import AddIn, EventOut, EventResult, HistoryEntry
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
 from app.embeddings import Embedder
-from app.lib.errors import ApiError, ConflictError, NotFoundError
+from app.lib.errors import InvalidField, MemoryChanged, NotFoundError
 from app.writers.base import Op, OpKind
 from app.writers.verbatim import VERBATIM
 
@@ -80,7 +80,7 @@ def chunk_of(body: AddIn) -> ChunkIn:
     try:
         return msgspec.convert(chunk, ChunkIn, strict=False)
     except msgspec.ValidationError as exc:
-        raise ApiError(str(exc), code="validation_error", status_code=422) from exc
+        raise InvalidField(str(exc)) from exc
 
 
 async def event(
@@ -187,9 +187,8 @@ async def delete_many(
             limits=ApplyLimits(max_ops=len(group)),
         )
         if outcome.applied != len(group):
-            raise ConflictError(
+            raise MemoryChanged(
                 "A memory changed meanwhile; read it again and retry.",
-                code="memory_changed",
                 details={"guards": outcome.guards[:5]},
             )
         for memory in group:
@@ -230,5 +229,5 @@ def entity_condition(kind: str, name: str) -> ColumnElement[bool]:
     return compile_filters({f"{kind}_id": name}, "entity").condition
 
 
-def _invalid(field: str, reason: str) -> ApiError:
-    return ApiError(f"{field}: {reason}", code="validation_error", status_code=422, details={"field": field})
+def _invalid(field: str, reason: str) -> InvalidField:
+    return InvalidField(f"{field}: {reason}", details={"field": field})

@@ -26,7 +26,7 @@ class MemoryOut(Out):
     updated_at: datetime
 
 
-class MemoryWritten(Out):
+class MemoryWritten(Out, forbid_unknown_fields=True):
     """What an edit or delete answers to a key that may write but not read: the new version, no text."""
 
     id: uuid.UUID

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
-from litestar import Controller, Request, Response, post
+from litestar import Controller, Response, post
 from litestar.background_tasks import BackgroundTask
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
@@ -13,14 +12,12 @@ from litestar.status_codes import HTTP_200_OK
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.accounts.auth import requires_role
-from app.domain.accounts.services import Principal
-from app.domain.audit.services import Actor
+from app.domain.accounts.services import Caller
 from app.domain.pipeline.schemas import RetryIn, RetryOut
 from app.domain.pipeline.services import retry
 from app.domain.pipeline.wakeups import WakeReason, scope_wake
+from app.lib.errors import ChunkNotFailed, NotFoundError, error_responses
 from app.lib.queue import JobQueue
-
-AdminRequest = Request[Principal, Any, Any]
 
 
 class ChunkAdminController(Controller):
@@ -28,28 +25,33 @@ class ChunkAdminController(Controller):
     tags = ["admin"]
     guards = [requires_role("admin")]
 
-    @post("/{chunk_id:uuid}/retry", status_code=HTTP_200_OK, summary="Re-queue a failed chunk")
+    @post(
+        "/{chunk_id:uuid}/retry",
+        status_code=HTTP_200_OK,
+        summary="Re-queue a failed chunk",
+        responses=error_responses(NotFoundError, ChunkNotFailed),
+    )
     async def retry_chunk(
         self,
         chunk_id: FromPath[uuid.UUID],
-        request: AdminRequest,
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
+        job_queue: NamedDependency[JobQueue],
         data: JSONBody[RetryIn | None] = None,
     ) -> Response[RetryOut]:
         dry_run = bool(data and data.dry_run)
         chunk = await retry.retry_chunk(
             db_session,
-            request.user.tenant_id,
+            caller.tenant_id,
             chunk_id,
-            who=Actor(request.user.actor, request.state.get("request_id")),
+            who=caller.who(),
             dry_run=dry_run,
         )
         if dry_run:
             return Response(RetryOut(chunk_id=chunk.id, seq=chunk.seq, status="queued", dry_run=True))
-        queue: JobQueue = request.app.state.job_queue
         job = scope_wake(chunk.tenant_id, chunk.user_id, WakeReason.RETRIED).job()
         # After the commit, as ingestion does: a worker woken earlier could find the chunk still failed.
         return Response(
             RetryOut(chunk_id=chunk.id, seq=chunk.seq, status=chunk.status),
-            background=BackgroundTask(queue.enqueue_many, [job]),
+            background=BackgroundTask(job_queue.enqueue_many, [job]),
         )

@@ -4,26 +4,25 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from litestar import Controller, Request, get, post
+from litestar import Controller, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.config import Settings
 from app.db.models import Memory, Review
 from app.domain.accounts.auth import requires_role
-from app.domain.accounts.services import Principal
-from app.domain.audit.services import Actor
-from app.domain.memories.services import decode_cursor, encode_cursor
+from app.domain.accounts.services import Caller
 from app.domain.reviews import services
 from app.domain.reviews.repositories import ReviewRepository
 from app.domain.reviews.schemas import DecisionIn, ReviewList, ReviewOut, TargetOut
-from app.lib.errors import NotFoundError
-
-AdminRequest = Request[Principal, Any, Any]
+from app.embeddings.base import Embedder
+from app.lib.errors import InvalidField, MemoryChanged, NotFoundError, ReviewDecided, error_responses
+from app.lib.paging import KeysetCursor, cursor_after, decode_keyset, paged
 
 
 async def _out(session: AsyncSession, tenant_id: uuid.UUID, reviews: Sequence[Review]) -> list[ReviewOut]:
@@ -85,69 +84,93 @@ class ReviewController(Controller):
     tags = ["admin"]
     guards = [requires_role("admin")]
 
-    @get("/", summary="Writer ops held for review, oldest first")
+    @get("/", summary="Writer ops held for review, oldest first", responses=error_responses(InvalidField))
     async def list_reviews(
         self,
-        request: AdminRequest,
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
         status: Annotated[Literal["pending", "approved", "rejected", "all"], QueryParameter()] = "pending",
         user_id: Annotated[str | None, QueryParameter(min_length=1, max_length=200)] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
-        cursor: Annotated[str | None, QueryParameter(max_length=500)] = None,
+        cursor: KeysetCursor = None,
     ) -> ReviewList:
-        tenant_id = request.user.tenant_id
-        page = await ReviewRepository(db_session).page(
-            tenant_id,
-            status=None if status == "all" else status,
-            user_id=user_id,
-            after=decode_cursor(cursor) if cursor else None,
-            limit=limit + 1,
+        after = decode_keyset(cursor) if cursor else None
+        page = await paged(
+            lambda n: ReviewRepository(db_session).page(
+                caller.tenant_id,
+                status=None if status == "all" else status,
+                user_id=user_id,
+                after=after,
+                limit=n,
+            ),
+            limit,
+            cursor_after,
         )
-        next_cursor = encode_cursor(page[limit - 1]) if len(page) > limit else None
-        return ReviewList(items=await _out(db_session, tenant_id, page[:limit]), next_cursor=next_cursor)
+        return ReviewList(
+            items=await _out(db_session, caller.tenant_id, page.items), next_cursor=page.next_cursor
+        )
 
-    @get("/{review_id:uuid}", summary="One held op, with the memories it names as they are now")
+    @get(
+        "/{review_id:uuid}",
+        summary="One held op, with the memories it names as they are now",
+        responses=error_responses(NotFoundError),
+    )
     async def get_review(
-        self, review_id: FromPath[uuid.UUID], request: AdminRequest, db_session: NamedDependency[AsyncSession]
+        self,
+        review_id: FromPath[uuid.UUID],
+        caller: NamedDependency[Caller],
+        db_session: NamedDependency[AsyncSession],
     ) -> ReviewOut:
-        review = await ReviewRepository(db_session).get(request.user.tenant_id, review_id)
+        review = await ReviewRepository(db_session).get(caller.tenant_id, review_id)
         if review is None:
             raise NotFoundError("No such review.")
-        [out] = await _out(db_session, request.user.tenant_id, [review])
+        [out] = await _out(db_session, caller.tenant_id, [review])
         return out
 
-    @post("/{review_id:uuid}/approve", status_code=HTTP_200_OK, summary="Apply a held op as new versions")
+    @post(
+        "/{review_id:uuid}/approve",
+        status_code=HTTP_200_OK,
+        summary="Apply a held op as new versions",
+        responses=error_responses(NotFoundError, ReviewDecided, MemoryChanged),
+    )
     async def approve(
         self,
         review_id: FromPath[uuid.UUID],
-        request: AdminRequest,
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
+        embedder: NamedDependency[Embedder],
+        settings: NamedDependency[Settings],
         data: JSONBody[DecisionIn | None] = None,
     ) -> ReviewOut:
         review = await services.approve(
             db_session,
-            request.user.tenant_id,
+            caller.tenant_id,
             review_id,
-            who=Actor(request.user.actor, request.state.get("request_id"), (data or DecisionIn()).reason),
-            embedder=request.app.state.searcher.embedder,
-            max_chars=request.app.state.settings.max_memory_chars,
+            who=caller.who((data or DecisionIn()).reason),
+            embedder=embedder,
+            max_chars=settings.max_memory_chars,
         )
-        [out] = await _out(db_session, request.user.tenant_id, [review])
+        [out] = await _out(db_session, caller.tenant_id, [review])
         return out
 
-    @post("/{review_id:uuid}/reject", status_code=HTTP_200_OK, summary="Refuse a held op; nothing changes")
+    @post(
+        "/{review_id:uuid}/reject",
+        status_code=HTTP_200_OK,
+        summary="Refuse a held op; nothing changes",
+        responses=error_responses(NotFoundError, ReviewDecided),
+    )
     async def reject(
         self,
         review_id: FromPath[uuid.UUID],
-        request: AdminRequest,
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
         data: JSONBody[DecisionIn | None] = None,
     ) -> ReviewOut:
         review = await services.reject(
             db_session,
-            request.user.tenant_id,
+            caller.tenant_id,
             review_id,
-            who=Actor(request.user.actor, request.state.get("request_id"), (data or DecisionIn()).reason),
+            who=caller.who((data or DecisionIn()).reason),
         )
-        [out] = await _out(db_session, request.user.tenant_id, [review])
+        [out] = await _out(db_session, caller.tenant_id, [review])
         return out

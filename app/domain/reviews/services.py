@@ -19,7 +19,7 @@ from app.domain.audit.services import Actor, record_event
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
 from app.domain.reviews.repositories import ReviewRepository
 from app.embeddings import Embedder
-from app.lib.errors import ConflictError, NotFoundError
+from app.lib.errors import MemoryChanged, NotFoundError, ReviewDecided
 from app.writers.base import Op, OpKind
 
 # Approval is a human's decision: a near-duplicate check would only turn it into a NOOP.
@@ -31,9 +31,8 @@ async def _pending(session: AsyncSession, tenant_id: uuid.UUID, review_id: uuid.
     if review is None:
         raise NotFoundError("No such review.")
     if review.status != "pending":
-        raise ConflictError(
+        raise ReviewDecided(
             f"The review is already {review.status}.",
-            code="review_decided",
             details={"status": review.status},
         )
     return review
@@ -98,10 +97,9 @@ async def approve(
     )
     if outcome.applied == 0:
         guard = outcome.guards[-1] if outcome.guards else {"guard": "unknown", "detail": "not applied"}
-        raise ConflictError(
+        raise MemoryChanged(
             "A memory this op names changed after it was held; reject the review, or let the writer "
             "decide again.",
-            code="memory_changed",
             details={"guard": guard["guard"], "detail": guard.get("detail")},
         )
     repo = ReviewRepository(session)

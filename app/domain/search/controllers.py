@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from litestar import Controller, Request, post
+from litestar import Controller, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 from litestar.status_codes import HTTP_200_OK
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.accounts.auth import requires_role
-from app.domain.accounts.services import Principal
+from app.domain.accounts.services import Caller
 from app.domain.memories.schemas import MemoryOut
 from app.domain.search.repositories import Hit
 from app.domain.search.schemas import SearchIn, SearchOut, SearchResult
 from app.domain.search.services import Searcher, SearchQuery
+from app.lib.errors import AsOfTooBroad, EmbedderMismatch, InvalidField, Unavailable, error_responses
 
 
 def _result(hit: Hit) -> SearchResult:
@@ -27,14 +26,19 @@ class SearchController(Controller):
     tags = ["memories"]
     guards = [requires_role("read")]
 
-    @post("/", status_code=HTTP_200_OK, summary="The memories that best match a query, best first")
+    @post(
+        "/",
+        status_code=HTTP_200_OK,
+        summary="The memories that best match a query, best first",
+        responses=error_responses(InvalidField, AsOfTooBroad, EmbedderMismatch, Unavailable),
+    )
     async def search(
         self,
         data: JSONBody[SearchIn],
-        request: Request[Principal, Any, Any],
+        caller: NamedDependency[Caller],
         db_session: NamedDependency[AsyncSession],
+        searcher: NamedDependency[Searcher],
     ) -> SearchOut:
-        searcher: Searcher = request.app.state.searcher
         query = SearchQuery(
             query=data.query,
             user_id=data.user_id,
@@ -46,5 +50,5 @@ class SearchController(Controller):
             mode=data.mode,
             all_users=data.all_users,
         )
-        hits = await searcher.search(db_session, request.user.tenant_id, query)
+        hits = await searcher.search(db_session, caller.tenant_id, query)
         return SearchOut(results=[_result(h) for h in hits])

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
+from litestar.openapi.spec import OpenAPIType, Schema
 
 from app.domain.memories.schemas import MemoryOut
 from app.lib.validation import Moment
@@ -14,9 +15,17 @@ SearchMode = Literal["hybrid", "vector", "lexical"]
 
 
 class SearchIn(msgspec.Struct, forbid_unknown_fields=True):
+    # What the schema adds (app.server.openapi): a search names its user, or asks for all of them.
+    __openapi__: ClassVar[dict[str, Any]] = {
+        "any_of": [
+            Schema(required=["user_id"], properties={"user_id": Schema(type=OpenAPIType.STRING)}),
+            Schema(required=["all_users"], properties={"all_users": Schema(const=True)}),
+        ]
+    }
+
     query: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
     user_id: Id | None = None  # required unless all_users
-    top_k: Annotated[int, msgspec.Meta(ge=1)] = 10
+    top_k: Annotated[int, msgspec.Meta(ge=1, extra={"deployment": "max_top_k"})] = 10
     # Least cosine similarity of a vector match; in hybrid mode a memory that shares words with the
     # query is kept whatever its similarity.
     threshold: Annotated[float, msgspec.Meta(ge=-1.0, le=1.0)] = 0.0

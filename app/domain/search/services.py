@@ -37,7 +37,7 @@ from app.domain.search.repositories import Hit, SearchRepository, Source
 from app.domain.search.schemas import SearchMode
 from app.embeddings import Embedder
 from app.embeddings.openai import EmbeddingError
-from app.lib.errors import RETRY_AFTER_S, ApiError
+from app.lib.errors import AsOfTooBroad, EmbedderMismatch, InvalidField, Unavailable
 
 log = structlog.get_logger(__name__)
 
@@ -84,11 +84,6 @@ class SearchQuery:
     all_users: bool = False
 
 
-class EmbedderMismatchError(ApiError):
-    status_code = 409
-    code = "embedder_mismatch"
-
-
 @dataclass
 class Searcher:
     """Search for one process: settings, the embedder, and what it learnt about the database."""
@@ -106,29 +101,21 @@ class Searcher:
     async def search(self, session: AsyncSession, tenant_id: uuid.UUID, query: SearchQuery) -> list[Hit]:
         """The best `top_k` memories for `query`, best first."""
         if query.user_id is None and not query.all_users:
-            raise ApiError(
+            raise InvalidField(
                 "user_id is required unless all_users is true",
-                code="validation_error",
-                status_code=422,
                 details={"user_id": "required"},
             )
         if query.top_k > self.settings.search_max_top_k:
-            raise ApiError(
+            raise InvalidField(
                 f"top_k is at most {self.settings.search_max_top_k}",
-                code="validation_error",
-                status_code=422,
                 details={"top_k": f"at most {self.settings.search_max_top_k}"},
             )
         await self.check_embedder(session)
         try:
             [embedding] = await self.embedder.embed([query.query])
         except EmbeddingError as exc:
-            raise ApiError(
-                "the embedding model is unavailable",
-                code="unavailable",
-                status_code=503,
-                details={"embedder": str(exc)[:200]},
-                headers={"Retry-After": RETRY_AFTER_S},
+            raise Unavailable(
+                "the embedding model is unavailable", details={"embedder": str(exc)[:200]}
             ) from exc
         user_id = None if query.all_users else query.user_id
         if user_id is None and query.as_of is not None:
@@ -140,11 +127,9 @@ class Searcher:
         when that is more than `search_as_of_all_users_max_versions` versions, counted no further."""
         bound = self.settings.search_as_of_all_users_max_versions
         if bound and await SearchRepository(session).versions_reach(tenant_id, as_of, bound + 1):
-            raise ApiError(
+            raise AsOfTooBroad(
                 f"A search over all users as of a time may read at most {bound} versions, and this "
                 "tenant has more; search one user (user_id) as of that time.",
-                code="as_of_too_broad",
-                status_code=422,
                 details={"max_versions": bound},
             )
 
@@ -285,7 +270,7 @@ async def record_embedder(session: AsyncSession, embedder: Embedder) -> Embeddin
             f"the stored vectors were made by embedder {config.name!r}, not the configured "
             f"{embedder.name!r}; run `memstore reembed` to re-embed them"
         )
-        raise EmbedderMismatchError(msg, details={"stored": config.name, "configured": embedder.name})
+        raise EmbedderMismatch(msg, details={"stored": config.name, "configured": embedder.name})
     return config
 
 

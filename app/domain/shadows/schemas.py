@@ -37,7 +37,8 @@ class BankList(msgspec.Struct):
 
 
 class ReplayIn(msgspec.Struct, forbid_unknown_fields=True):
-    writer: Name
+    # A writer this deployment has, other than `default` (the OpenAPI document lists them).
+    writer: Annotated[str, msgspec.Meta(min_length=1, max_length=100, extra={"deployment": "named_writers"})]
     user_id: UserId | None = None
     since: Moment | None = None
     until: Moment | None = None

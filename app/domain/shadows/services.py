@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.domain.pipeline.repositories import PipelineRepository
 from app.domain.shadows.repositories import Progress, ShadowRepository
-from app.lib.errors import ApiError, NotFoundError
+from app.lib.errors import BankConflict, BankNotFound
 
 LIVE = "live"
 REPLAY = "replay"
@@ -98,7 +98,7 @@ async def bank(session: AsyncSession, tenant_id: uuid.UUID, name: str) -> Bank:
     for found in await banks(session, tenant_id):
         if found.name == name:
             return found
-    raise NotFoundError(f"No shadow bank {name!r}.", code="bank_not_found", details={"bank": name})
+    raise BankNotFound(f"No shadow bank {name!r}.", details={"bank": name})
 
 
 async def ensure_bank(
@@ -127,10 +127,8 @@ async def ensure_bank(
     await repo.ensure(tenant_id, _tenant_name(tenant_id, name), wanted.as_json())
     found = await bank(session, tenant_id, name)
     if (found.writer, found.kind) != (writer, kind):
-        raise ApiError(
+        raise BankConflict(
             f"Bank {name!r} exists with writer {found.writer!r} ({found.kind}).",
-            code="bank_conflict",
-            status_code=409,
             details={"bank": name, "writer": found.writer, "kind": found.kind},
         )
     return found

@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Controller, Response, get
-from litestar.datastructures import State
+from litestar.di import NamedDependency
 from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.domain.system.metrics import scrape
 from app.domain.system.services import check_readiness
-from app.lib.errors import RETRY_AFTER_S, error_response
+from app.lib.errors import RETRY_AFTER_S, Unavailable, error_response, error_responses
 from app.lib.metrics import render
+from app.lib.queue import JobQueue
 
 
 class SystemController(Controller):
@@ -27,13 +29,23 @@ class SystemController(Controller):
         media_type=CONTENT_TYPE_LATEST,
         summary="Prometheus metrics: requests, backlog, chunk lag, writer and apply latency",
     )
-    async def metrics(self, state: State) -> bytes:
-        collector = await scrape(state.sessionmaker, state.job_queue)
+    async def metrics(
+        self,
+        sessionmaker: NamedDependency[async_sessionmaker[AsyncSession]],
+        job_queue: NamedDependency[JobQueue],
+    ) -> bytes:
+        collector = await scrape(sessionmaker, job_queue)
         return render([collector])
 
-    @get("/ready", summary="Readiness: Postgres, Redis and the schema are fine (503 otherwise)")
-    async def ready(self, state: State) -> Response[dict[str, Any]]:
-        readiness = await check_readiness(state.engine, state.job_queue)
+    @get(
+        "/ready",
+        summary="Readiness: Postgres, Redis and the schema are fine (503 otherwise)",
+        responses=error_responses(Unavailable),
+    )
+    async def ready(
+        self, engine: NamedDependency[AsyncEngine], job_queue: NamedDependency[JobQueue]
+    ) -> Response[dict[str, Any]]:
+        readiness = await check_readiness(engine, job_queue)
         checks = {
             "postgres": readiness.postgres,
             "migrations": readiness.migrations,

@@ -30,7 +30,7 @@ from app.domain.memories.version_writer import VersionWriter
 from app.domain.pipeline.repositories import PipelineRepository
 from app.domain.transfer.schemas import ChangesetRecord, ChunkRecord, ImportIn, MemoryRecord
 from app.embeddings import Embedder
-from app.lib.errors import ApiError
+from app.lib.errors import ImportConflict, InvalidField
 from app.lib.validation import encode_moment
 
 # The namespace of imported ids (any fixed UUID; changing it would break re-imports).
@@ -65,8 +65,8 @@ class Importer:
         return value
 
 
-def _invalid(message: str, field: str) -> ApiError:
-    return ApiError(message, code="validation_error", status_code=422, details={"field": field})
+def _invalid(message: str, field: str) -> InvalidField:
+    return InvalidField(message, details={"field": field})
 
 
 def check_memories(memories: list[MemoryRecord]) -> None:
@@ -116,10 +116,8 @@ async def import_batch(
         c.seq for c in batch.chunks if held.get(c.seq, importer.id(c.chunk_id)) != importer.id(c.chunk_id)
     )
     if taken:
-        raise ApiError(
+        raise ImportConflict(
             f"User {user_id} already has other chunks numbered {taken[:10]}: import into a new user.",
-            code="import_conflict",
-            status_code=409,
             details={"seqs": taken[:100]},
         )
     heads, versions = _memory_rows(importer, batch.memories, vectors)

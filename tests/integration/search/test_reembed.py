@@ -22,9 +22,10 @@ from app.db.models import EmbeddingConfig, Memory, MemoryVersion
 from app.domain.history import services as history
 from app.domain.search import services
 from app.domain.search.reembed import ReembedError, reembed
-from app.domain.search.services import EmbedderMismatchError, Searcher, SearchQuery, record_embedder
+from app.domain.search.services import Searcher, SearchQuery, record_embedder
 from app.embeddings import HashingEmbedder
 from app.embeddings.openai import OpenAIEmbedder
+from app.lib.errors import EmbedderMismatch
 from app.server.asgi import create_app
 from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys
@@ -225,7 +226,7 @@ async def test_a_running_process_notices_a_reembed_to_another_model(
         )
     monkeypatch.setattr(services, "_EMBEDDER_CHECK_TTL_S", 0.0)
     async with sessionmaker() as session:
-        with pytest.raises(EmbedderMismatchError):
+        with pytest.raises(EmbedderMismatch):
             await searcher.check_embedder(session)
 
 

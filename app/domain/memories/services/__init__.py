@@ -19,7 +19,6 @@ Other packages import from `app.domain.memories.services`; the names below are i
 """
 
 from app.domain.memories.services.apply import apply_many, apply_ops, embed_ops, texts_to_embed
-from app.domain.memories.services.cursors import decode_cursor, encode_cursor
 from app.domain.memories.services.edits import delete_memory, edit_memory
 from app.domain.memories.services.reads import get_memory, list_memories, memory_history
 from app.domain.memories.services.requests import (
@@ -42,11 +41,9 @@ __all__ = [
     "Vectors",
     "apply_many",
     "apply_ops",
-    "decode_cursor",
     "delete_memory",
     "edit_memory",
     "embed_ops",
-    "encode_cursor",
     "get_memory",
     "list_memories",
     "memory_history",

@@ -14,7 +14,7 @@ from app.domain.memories.services.guards import storable
 from app.domain.memories.services.reads import get_memory
 from app.domain.memories.services.requests import ApplyLimits, Provenance, Shown, Vectors
 from app.embeddings import Embedder
-from app.lib.errors import ApiError, ConflictError
+from app.lib.errors import InvalidField, MemoryChanged, MemoryNotActive
 from app.writers.base import Op, OpKind
 
 
@@ -43,6 +43,7 @@ async def edit_memory(
         may_store = storable(new_text, limits)  # otherwise the content guard answers 422
         vectors = dict(zip([new_text], await embedder.embed([new_text]), strict=True)) if may_store else {}
     memory = await get_memory(session, tenant_id, memory_id)
+    _must_be_active(memory)  # even for an edit that changes nothing: a deleted memory is not edited
     text = memory.content if new_text is None else new_text
     if text == memory.content and (not tags or list(tags) == list(memory.tags)):
         return memory  # nothing to change (empty tags keep the memory's); no version for it
@@ -75,6 +76,15 @@ async def delete_memory(
     )
 
 
+def _must_be_active(memory: Memory) -> None:
+    if memory.status != "active":
+        raise MemoryNotActive(
+            f"The memory is {memory.status}; only an active memory can be edited "
+            "(an admin can roll it back).",
+            details={"status": memory.status},
+        )
+
+
 async def _manual_write(
     session: AsyncSession,
     memory: Memory,
@@ -86,13 +96,7 @@ async def _manual_write(
     limits: ApplyLimits,
     vectors: Vectors | None,
 ) -> Memory:
-    if memory.status != "active":
-        raise ConflictError(
-            f"The memory is {memory.status}; only an active memory can be edited "
-            "(an admin can roll it back).",
-            code="memory_not_active",
-            details={"status": memory.status},
-        )
+    _must_be_active(memory)
     outcome = await apply_ops(
         session,
         tenant_id=memory.tenant_id,
@@ -109,10 +113,9 @@ async def _manual_write(
     if outcome.applied == 0:
         guard = outcome.guards[-1] if outcome.guards else {"guard": "unknown", "detail": "not applied"}
         if guard["guard"] in ("bad_content", "placeholder"):
-            raise ApiError(guard["detail"], code="validation_error", status_code=422)
-        raise ConflictError(
+            raise InvalidField(guard["detail"], details={"field": "content"})
+        raise MemoryChanged(
             "The memory changed meanwhile; read it again and retry.",
-            code="memory_changed",
             details={"guard": guard["guard"]},
         )
     await record_event(

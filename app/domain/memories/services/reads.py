@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Memory, MemoryVersion
 from app.domain.memories.repositories import MemoryAsOf, MemoryRepository, VersionRepository
-from app.domain.memories.services.cursors import decode_cursor, encode_cursor
 from app.lib.errors import NotFoundError
+from app.lib.paging import Page, cursor_after, decode_keyset, paged
 
 
 async def list_memories(
@@ -25,22 +25,20 @@ async def list_memories(
     cursor: str | None,
     limit: int,
     as_of: datetime | None = None,
-) -> tuple[Sequence[Memory | MemoryAsOf], str | None]:
+) -> Page[Memory | MemoryAsOf]:
     """A page of the scope's memories as they stand now, or as they stood at `as_of`."""
     statuses = None if status == "all" else [status]
-    after = decode_cursor(cursor) if cursor else None
+    after = decode_keyset(cursor) if cursor else None
     repo = MemoryRepository(session)
-    if as_of is not None:
-        page: Sequence[Memory | MemoryAsOf] = await repo.bank_as_of(
-            tenant_id, user_id, as_of, agent_id=agent_id, statuses=statuses, after=after, limit=limit + 1
-        )
-    else:
-        page = await repo.page(
-            tenant_id, user_id, agent_id=agent_id, statuses=statuses, after=after, limit=limit + 1
-        )
-    if len(page) > limit:
-        return page[:limit], encode_cursor(page[limit - 1])
-    return page, None
+
+    async def fetch(n: int) -> Sequence[Memory | MemoryAsOf]:
+        if as_of is not None:
+            return await repo.bank_as_of(
+                tenant_id, user_id, as_of, agent_id=agent_id, statuses=statuses, after=after, limit=n
+            )
+        return await repo.page(tenant_id, user_id, agent_id=agent_id, statuses=statuses, after=after, limit=n)
+
+    return await paged(fetch, limit, cursor_after)
 
 
 async def get_memory(session: AsyncSession, tenant_id: uuid.UUID, memory_id: uuid.UUID) -> Memory:

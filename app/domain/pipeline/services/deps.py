@@ -22,14 +22,15 @@ from app.domain.pipeline.applier import Applier
 from app.domain.pipeline.locks import ScopeLocks
 from app.domain.pipeline.repositories import PipelineRepository, TenantOptions
 from app.domain.pipeline.services.failures import outage_backoff
-from app.domain.search.services import EmbedderMismatchError, Searcher
+from app.domain.search.services import Searcher
 from app.embeddings import Embedder
 from app.embeddings.openai import EmbeddingError
+from app.lib.errors import EmbedderMismatch
 from app.writers.base import OpKind, strictest
 from app.writers.registry import UnknownWriterError, WriterRegistry
 
 # Faults outside Postgres that are not the chunk's: its claim is given back, its attempt not counted.
-OUTAGES = (EmbeddingError, EmbedderMismatchError, UnknownWriterError)
+OUTAGES = (EmbeddingError, EmbedderMismatch, UnknownWriterError)
 
 
 class FedBank(Protocol):

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import Chunk
 from app.domain.audit.services import Actor, record_event
 from app.domain.pipeline.repositories import PipelineRepository
-from app.lib.errors import ConflictError, NotFoundError
+from app.lib.errors import ChunkNotFailed, NotFoundError
 
 
 async def retry_chunk(
@@ -28,9 +28,8 @@ async def retry_chunk(
         existing = await repo.chunk(tenant_id, chunk_id)
         if existing is None:
             raise NotFoundError("No such chunk.")
-        raise ConflictError(
+        raise ChunkNotFailed(
             f"Only a failed chunk can be retried; this one is {existing.status}.",
-            code="chunk_not_failed",
             details={"status": existing.status},
         )
     if dry_run:
