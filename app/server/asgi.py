@@ -26,7 +26,7 @@ from app.lib.errors import EXCEPTION_HANDLERS
 from app.lib.logging import configure_logging
 from app.lib.ratelimit import Limit
 from app.lib.validation import TYPE_DECODERS, Moment, MomentSchemaPlugin
-from app.server.dependencies import DEPENDENCIES
+from app.server.dependencies import DEPENDENCIES, resolve_dependencies_in_order
 from app.server.lifespan import services_lifespan
 from app.server.middleware import (
     RateLimitGuard,
@@ -66,6 +66,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     if configure_logs:
         configure_logging(settings.log_level, settings.log_format, process="api")
 
+    resolve_dependencies_in_order()
     allowed: dict[str, bytes] = {}  # filled once the routes exist
     app = Litestar(
         # Mem0's paths only when asked for (MEMSTORE_MEM0_COMPAT, docs/mem0.md).
