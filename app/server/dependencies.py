@@ -25,18 +25,10 @@ from litestar._kwargs.kwargs_model import KwargsModel
 from litestar.connection import ASGIConnection
 from litestar.datastructures import State
 from litestar.di import Provide
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.config import Settings
-from app.domain.accounts.key_events import KeyEvents
 from app.domain.accounts.services import Caller, Principal
-from app.domain.answer.reader import ChatModel
-from app.domain.ingest.batcher import IngestBatcher
-from app.domain.search.services import Searcher
-from app.embeddings.base import Embedder
-from app.lib.queue import JobQueue
-from app.server.lifespan import AppServices, app_services
-from app.writers.registry import WriterRegistry
+from app.server.lifespan import app_services
 
 
 async def provide_db_session(state: State) -> AsyncGenerator[AsyncSession, None]:
@@ -56,66 +48,32 @@ def provide_caller(request: Request[Principal, Any, Any]) -> Caller:
     return Caller(request.user, request.state.get("request_id"))
 
 
-def _services(state: State) -> AppServices:
-    return app_services(state)
+def _service(name: str) -> Provide:
+    def provide(state: State) -> Any:
+        return getattr(app_services(state), name)
+
+    return Provide(provide, sync_to_thread=False)
 
 
-def provide_settings(state: State) -> Settings:
-    return _services(state).settings
-
-
-def provide_engine(state: State) -> AsyncEngine:
-    return _services(state).engine
-
-
-def provide_sessionmaker(state: State) -> async_sessionmaker[AsyncSession]:
-    """For handlers that open their own transactions (the answer's search, then its model call)."""
-    return _services(state).sessionmaker
-
-
-def provide_searcher(state: State) -> Searcher:
-    return _services(state).searcher
-
-
-def provide_embedder(state: State) -> Embedder:
-    """The configured embedder: the one new and edited memories are embedded with."""
-    return _services(state).searcher.embedder
-
-
-def provide_job_queue(state: State) -> JobQueue:
-    return _services(state).job_queue
-
-
-def provide_writers(state: State) -> WriterRegistry:
-    return _services(state).writers
-
-
-def provide_ingest_batcher(state: State) -> IngestBatcher:
-    return _services(state).ingest_batcher
-
-
-def provide_reader(state: State) -> ChatModel | None:
-    """The read model (MEMSTORE_READER_*), None when none is configured."""
-    return _services(state).reader
-
-
-def provide_key_events(state: State) -> KeyEvents:
-    return _services(state).key_events
-
+# The app's services a handler may name: `AppServices`' fields, and the configured embedder (the one
+# new and edited memories are embedded with). `reader` is None when no read model is configured.
+SERVICES = (
+    "settings",
+    "engine",
+    "sessionmaker",
+    "searcher",
+    "embedder",
+    "job_queue",
+    "writers",
+    "ingest_batcher",
+    "reader",
+    "key_events",
+)
 
 DEPENDENCIES: dict[str, Provide] = {
     "db_session": Provide(provide_db_session),
     "caller": Provide(provide_caller, sync_to_thread=False),
-    "settings": Provide(provide_settings, sync_to_thread=False),
-    "engine": Provide(provide_engine, sync_to_thread=False),
-    "sessionmaker": Provide(provide_sessionmaker, sync_to_thread=False),
-    "searcher": Provide(provide_searcher, sync_to_thread=False),
-    "embedder": Provide(provide_embedder, sync_to_thread=False),
-    "job_queue": Provide(provide_job_queue, sync_to_thread=False),
-    "writers": Provide(provide_writers, sync_to_thread=False),
-    "ingest_batcher": Provide(provide_ingest_batcher, sync_to_thread=False),
-    "reader": Provide(provide_reader, sync_to_thread=False),
-    "key_events": Provide(provide_key_events, sync_to_thread=False),
+    **{name: _service(name) for name in SERVICES},
 }
 
 

@@ -21,6 +21,7 @@ from app.domain.answer.reader import ChatModel, reader_from_settings
 from app.domain.ingest.batcher import IngestBatcher
 from app.domain.search.services import Searcher
 from app.embeddings import embedder_from_settings
+from app.embeddings.base import Embedder
 from app.lib.queue import JobQueue, create_redis
 from app.lib.ratelimit import Limit, RateLimiter
 from app.writers.registry import WriterRegistry
@@ -75,6 +76,11 @@ class AppServices:
                 max_queued_per_tenant=settings.max_queued_per_tenant,
             ),
         )
+
+    @property
+    def embedder(self) -> Embedder:
+        """The configured embedder (the searcher's)."""
+        return self.searcher.embedder
 
     async def aclose(self) -> None:
         """In the reverse order of their use: accepted chunks are stored before the clients go."""
