@@ -39,10 +39,6 @@ async def paged(
     return Page(rows[:limit], cursor_of(rows[limit - 1]))
 
 
-def invalid_cursor() -> InvalidField:
-    return InvalidField("The cursor is not valid.", details={"field": "cursor"})
-
-
 # A keyset cursor: the last row's time (microseconds since the epoch) and id, 24 bytes, in urlsafe
 # base64 without padding. Every string of the pattern decodes to a position (a time past either end of
 # the calendar is taken as that end), so the document's pattern is exactly what is accepted.
@@ -91,6 +87,6 @@ def decode_keyset(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
         micros, raw_id = _KEYSET.unpack(base64.urlsafe_b64decode(cursor))
     except (ValueError, binascii.Error, struct.error) as exc:
-        raise invalid_cursor() from exc
+        raise InvalidField("The cursor is not valid.", details={"field": "cursor"}) from exc
     micros = min(max(micros, _EARLIEST), _LATEST)
     return _EPOCH + timedelta(microseconds=micros), uuid.UUID(bytes=raw_id)

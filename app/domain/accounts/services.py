@@ -50,10 +50,6 @@ class Caller:
     def actor(self) -> str:
         return self.principal.actor
 
-    @property
-    def roles(self) -> frozenset[str]:
-        return self.principal.roles
-
     def may(self, role: str) -> bool:
         """Whether the key holds `role` (`admin` holds every role)."""
         return has_role(self.principal.roles, role)
