@@ -36,7 +36,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -121,23 +120,15 @@ def _reset_rate_limit() -> None:
 # --- the runner -------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _server_env(admin_key: str, reader_url: str, reader_model: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
-    env.update(
-        MEMSTORE_ADMIN_KEY=admin_key,
-        MEMSTORE_EMBEDDER="hashing",
-        MEMSTORE_READER_BASE_URL=reader_url,
-        MEMSTORE_READER_MODEL=reader_model,
-        MEMSTORE_LOG_FORMAT="json",
-        MEMSTORE_LOG_LEVEL="WARNING",
-    )
-    return env
+    """Settings beside the defaults: the admin key chosen, the light embedder, the fake read model."""
+    return {
+        "MEMSTORE_ADMIN_KEY": admin_key,
+        "MEMSTORE_EMBEDDER": "hashing",
+        "MEMSTORE_READER_BASE_URL": reader_url,
+        "MEMSTORE_READER_MODEL": reader_model,
+        "MEMSTORE_LOG_LEVEL": "WARNING",
+    }
 
 
 @contextlib.contextmanager
@@ -147,23 +138,17 @@ def memstore_up(
     """`memstore up` on a free port in a fresh data directory; its base URL and data directory once
     /ready answers 200.
     Stopped (SIGINT, then SIGKILL to its process group) and its data removed whatever happens."""
+    from tests.e2e.conftest import free_port, start_up
+
     # Not under a private (0700) temporary root: Postgres runs as another user under root.
     workdir = Path(tempfile.mkdtemp(prefix="memstore-contract-"))
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
-    log = log_path.open("wb")
-    cmd = [
-        sys.executable, "-m", "app", "up",
-        "--data-dir", str(workdir / "data"), "--port", str(port), "--workers", "1",
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=_server_env(admin_key, reader_url, reader_model),
-        start_new_session=True,  # its own process group: Ctrl-C of the runner is ours to pass on
-    )
+    # In a process group of its own: Ctrl-C of the runner is ours to pass on.
+    proc = start_up(
+        workdir / "data", port, log_path, workers=1, env=_server_env(admin_key, reader_url, reader_model),
+        own_session=True,
+    )  # fmt: skip
     try:
         started = time.monotonic()
         while True:
@@ -179,7 +164,6 @@ def memstore_up(
         yield base, workdir / "data"
     finally:
         _stop(proc, say)
-        log.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

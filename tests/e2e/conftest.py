@@ -37,8 +37,16 @@ def memstore_env() -> dict[str, str]:
     return env
 
 
-def start_up(data_dir: Path, port: int, log_path: Path, workers: int = 2) -> subprocess.Popen[bytes]:
-    """`memstore up` on `data_dir` and `port`, everything it prints going to `log_path`."""
+def start_up(
+    data_dir: Path,
+    port: int,
+    log_path: Path,
+    workers: int = 2,
+    env: dict[str, str] | None = None,
+    own_session: bool = False,
+) -> subprocess.Popen[bytes]:
+    """`memstore up` on `data_dir` and `port`, everything it prints going to `log_path`; with `env`'s
+    settings besides the defaults, and in a process group of its own if `own_session`."""
     log = log_path.open("wb")
     return subprocess.Popen(
         [
@@ -55,7 +63,8 @@ def start_up(data_dir: Path, port: int, log_path: Path, workers: int = 2) -> sub
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=memstore_env(),
+        env=memstore_env() | (env or {}),
+        start_new_session=own_session,
     )
 
 
