@@ -38,12 +38,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+GONE = "gone"
+
+
 def role_of(proc: psutil.Process) -> str:
-    """What a process of the stack is, from its command line."""
-    cmd = " ".join(proc.cmdline())
+    """What a process of the stack is, from its command line; `GONE` for one that exited meanwhile
+    (a Postgres backend or a killed worker may go between listing the family and looking at it)."""
+    try:
+        cmd = " ".join(proc.cmdline())
+        name = proc.name()
+    except psutil.Error:
+        return GONE
     if "redis-server" in cmd:
         return "redis"
-    if "postgres" in proc.name() or "postgres:" in cmd:
+    if "postgres" in name or "postgres:" in cmd:
         return "postgres"
     if " serve" in cmd or "multiprocessing" in cmd:
         return "api"
@@ -72,10 +80,9 @@ class CpuByRole:
     def snapshot(cls, procs: list[psutil.Process]) -> CpuByRole:
         by_role: dict[str, list[psutil.Process]] = {}
         for proc in procs:
-            try:
-                by_role.setdefault(role_of(proc), []).append(proc)
-            except psutil.Error:
-                continue
+            role = role_of(proc)
+            if role != GONE:
+                by_role.setdefault(role, []).append(proc)
         return cls({role: cpu_seconds(members) for role, members in by_role.items()})
 
     def __sub__(self, earlier: CpuByRole) -> CpuByRole:
@@ -127,6 +134,10 @@ class Stack:
             root = psutil.Process(self.process.pid)
             return [root, *root.children(recursive=True)]
         return []
+
+    def processes(self, role: str) -> list[psutil.Process]:
+        """The stack's live processes of `role` ("worker", "api", ...), skipping any that exit meanwhile."""
+        return [proc for proc in self.family() if role_of(proc) == role]
 
     def create_key(self, name: str = "bench", roles: tuple[str, ...] = ("ingest", "read")) -> str:
         response = httpx.post(

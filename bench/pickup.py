@@ -27,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._stack import cpu_seconds, role_of, running_stack
+from bench._stack import cpu_seconds, running_stack
 
 
 async def ack_to_applied_ms(dsn: str, chunk_ids: list[str]) -> list[float]:
@@ -70,7 +70,7 @@ def measure(wake: bool, args: argparse.Namespace) -> dict[str, Any]:
 
             asyncio.run(ack_to_applied_ms(stack.dsn, [post(f"warm-{i}") for i in range(3)]))
             time.sleep(2)
-            workers = [p for p in stack.family() if role_of(p) == "worker"]
+            workers = stack.processes("worker")
             before = cpu_seconds(workers)
             time.sleep(args.idle_s)
             idle_cpu = (cpu_seconds(workers) - before) / args.idle_s

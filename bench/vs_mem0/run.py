@@ -69,7 +69,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import asyncpg  # noqa: E402
 import httpx  # noqa: E402
 import psutil  # noqa: E402
-from _stack import FakeModelServer, Stack, role_of, running_stack  # noqa: E402
+from _stack import GONE, FakeModelServer, Stack, role_of, running_stack  # noqa: E402
 
 MEM0_REQUIREMENTS = ["mem0ai==2.2.1", "psycopg[binary,pool]>=3.2"]
 MEM0_SIDE = Path(__file__).resolve().parent / "mem0_side.py"
@@ -202,8 +202,8 @@ def memstore_groups(stack: Stack) -> dict[str, list[psutil.Process]]:
     """Memstore's own processes (supervisor, API, worker, Redis), each role, and Postgres apart."""
     groups: dict[str, list[psutil.Process]] = {"memstore": [], "postgres": []}
     for proc in stack.family():
-        with contextlib.suppress(psutil.Error):
-            role = role_of(proc)
+        role = role_of(proc)
+        if role != GONE:
             groups["postgres" if role == "postgres" else "memstore"].append(proc)
             if role != "postgres":
                 groups.setdefault(f"memstore {role}", []).append(proc)
@@ -465,10 +465,10 @@ def memstore_kill(stack: Stack, key: str, chunks: list[Chunk], threads: int) -> 
             chunks[0]["user_id"].split("-", 1)[0] + "-%",
         )[0][0]
         if applied >= len(chunks) // 4:
-            workers = [p for p in stack.family() if role_of(p) == "worker"]
-            for proc in workers:
-                os.kill(proc.pid, signal.SIGKILL)
-                killed.append(proc.pid)
+            for proc in stack.processes("worker"):
+                with contextlib.suppress(ProcessLookupError):  # it may have exited since it was listed
+                    os.kill(proc.pid, signal.SIGKILL)
+                    killed.append(proc.pid)
             killed_at = time.time()
             in_progress = applied
         time.sleep(0.1)
@@ -477,7 +477,7 @@ def memstore_kill(stack: Stack, key: str, chunks: list[Chunk], threads: int) -> 
     ids = [c for c in posted.chunk_ids if c]
     row = wait_finished(stack, ids)
     finished_at = time.time()
-    restarted = [p.pid for p in stack.family() if role_of(p) == "worker" and p.pid not in killed]
+    restarted = [p.pid for p in stack.processes("worker") if p.pid not in killed]
     twice = sql(
         stack.dsn,
         "SELECT count(*) FROM (SELECT chunk_id FROM changesets WHERE chunk_id = ANY($1::uuid[])"
