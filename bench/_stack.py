@@ -182,6 +182,7 @@ def running_stack(
     log_level: str = "INFO",
     data_dir: Path | None = None,
     env_overrides: dict[str, str] | None = None,
+    default_limits: bool = False,
 ) -> Iterator[Stack]:
     """`memstore up` in `data_dir` (default: a fresh temporary one), ready to serve; stopped on exit.
 
@@ -196,13 +197,12 @@ def running_stack(
         log_file = data_dir.parent / "memstore.log"
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
-        # Benchmarks measure throughput: no per-key request rate (a deployment sets its own).
-        env |= {
-            "MEMSTORE_LOG_LEVEL": log_level,
-            "MEMSTORE_ADMIN_KEY": ADMIN_KEY,
-            "MEMSTORE_RATE_LIMIT_PER_S": "0",
-            **(env_overrides or {}),
-        }
+        # Benchmarks measure throughput: no per-key request rate (a deployment sets its own), unless
+        # `default_limits` asks for the service as deployed.
+        env |= {"MEMSTORE_LOG_LEVEL": log_level, "MEMSTORE_ADMIN_KEY": ADMIN_KEY}
+        if not default_limits:
+            env["MEMSTORE_RATE_LIMIT_PER_S"] = "0"
+        env |= env_overrides or {}
         postgres = EmbeddedPostgres(data_dir / "pg")
         with log_file.open("ab") as log:
             # cwd outside the repository, so a developer's .env cannot change what is measured.

@@ -6,10 +6,15 @@ the same middleware and no database), then against `POST /v1/chunks` with ~250-b
 `--users` users. After the POST run it counts the rows in `chunks` and prints that next to the 2xx
 responses wrk saw: every acknowledged chunk must be durable.
 
+Benchmarks turn the per-key request rate limit off (`MEMSTORE_RATE_LIMIT_PER_S=0`); `--default-settings`
+runs the service as deployed instead, every limit at its default (the rate limits and the queue caps),
+with the one ingest key a chat backend would use for all its users.
+
 Goal: >= 1,500 chunks/s (and >= 30 % of the trivial endpoint's rate), p99 <= 50 ms at 64 clients.
 
 Usage: python bench/ingest.py [--connections 64] [--duration 15] [--threads 2] [--users 1000]
                               [--workers 0] [--api-processes 1] [--log-level INFO] [--json out.json]
+                              [--default-settings] [--env MEMSTORE_X=V ...]
 Needs wrk (`apt-get install wrk`).
 """
 
@@ -265,7 +270,17 @@ def report(args: argparse.Namespace, trivial: WrkResult, chunks: WrkResult, rows
     return {
         "settings": {
             k: getattr(args, k)
-            for k in ("connections", "duration", "threads", "users", "workers", "api_processes", "log_level")
+            for k in (
+                "connections",
+                "duration",
+                "threads",
+                "users",
+                "workers",
+                "api_processes",
+                "log_level",
+                "default_settings",
+                "env",
+            )
         }
         | {"cpus": os.cpu_count(), "body_bytes": round(mean_body_bytes(args.users))},
         "trivial": asdict(trivial),
@@ -296,6 +311,14 @@ def main() -> None:
     parser.add_argument("--log-level", default="INFO", help="MEMSTORE_LOG_LEVEL of the service")
     parser.add_argument("--data-dir", type=Path, help="keep the data (and memstore.log) here")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--default-settings",
+        action="store_true",
+        help="run with the service's default limits (the bench otherwise turns the rate limit off)",
+    )
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="MEMSTORE_X=V", help="a setting (repeatable)"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
@@ -304,13 +327,18 @@ def main() -> None:
     print(
         f"ingestion: memstore up --api-processes {args.api_processes} --workers {args.workers}, "
         f"log level {args.log_level}; wrk {args.threads} threads, {args.connections} connections; "
-        f"{args.users:,} users, bodies ~{mean_body_bytes(args.users):.0f} B; {os.cpu_count()} CPUs"
+        f"{args.users:,} users, bodies ~{mean_body_bytes(args.users):.0f} B; {os.cpu_count()} CPUs; "
+        + ("default settings" if args.default_settings else "rate limit off")
+        + "".join(f"; {setting}" for setting in args.env)
     )
+    overrides = dict(setting.split("=", 1) for setting in args.env)
     with running_stack(
         workers=args.workers,
         api_processes=args.api_processes,
         log_level=args.log_level,
         data_dir=args.data_dir,
+        env_overrides=overrides,
+        default_limits=args.default_settings,
     ) as stack:
         trivial, chunks, rows = measure(stack, args)
     result = report(args, trivial, chunks, rows)

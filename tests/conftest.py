@@ -169,6 +169,7 @@ def settings(database_url: str, owner_database_url: str, redis_url: str) -> Sett
         auth_cache_ttl_s=0.0,
         log_format="console",
         rate_limit_per_s=0.0,  # tests that are about limits set their own
+        user_rate_limit_per_s=0.0,
         # Most tests store vectors with HashingEmbedder directly and predict rankings from it; tests of
         # the default (onnx) embedder ask for it (tests/integration/search/test_semantic.py).
         embedder="hashing",

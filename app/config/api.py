@@ -39,12 +39,29 @@ class ApiSettings(BaseModel):
         description="Serve Mem0's REST paths (MemoryClient(host=...)) on Memstore's services (docs/mem0.md).",
     )
     rate_limit_per_s: float = Field(
-        default=200.0,
-        description="Requests a second per API key, across all API processes (0: no limit); more: 429.",
+        default=5_000.0,
+        description=(
+            "Requests a second per API key, across all API processes (0: no limit); more: 429. A chat "
+            "backend posts all its users' turns with one key: this bounds a runaway client, the per-user "
+            "limit an abusive end user."
+        ),
         ge=0,
     )
     rate_limit_burst: int = Field(
-        default=400, description="Requests an API key may make at once before its rate applies.", ge=0
+        default=10_000, description="Requests an API key may make at once before its rate applies.", ge=0
+    )
+    user_rate_limit_per_s: float = Field(
+        default=10.0,
+        description=(
+            "Chunks a second per end user (a tenant's user_id), across all API processes and keys "
+            "(0: no limit); more: 429."
+        ),
+        ge=0,
+    )
+    user_rate_limit_burst: int = Field(
+        default=100,
+        description="Chunks one user may send at once (a batch counts each) before the user's rate applies.",
+        ge=0,
     )
     max_queued_per_scope: int = Field(
         default=10_000,

@@ -220,7 +220,10 @@ class AsOfTooBroad(ApiError):
 class RateLimited(ApiError):
     status_code = 429
     code = "rate_limited"
-    description = "The API key is over its request rate (`rate_limited`). Retry after `Retry-After` seconds."
+    description = (
+        "The API key is over its request rate, or the end user over its chunk rate (`rate_limited`; "
+        "`details.scope` is `user` for the latter). Retry after `Retry-After` seconds."
+    )
     retry_after_s = 1
 
 

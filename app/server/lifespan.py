@@ -55,6 +55,7 @@ class AppServices:
         key_resolver = KeyResolver(sessionmaker, settings.auth_cache_ttl_s, default_limit)
         key_events = KeyEvents(settings.redis_url, key_resolver)
         key_events.start()
+        rate_limiter = RateLimiter(queue.redis)
         return cls(
             settings=settings,
             engine=engine,
@@ -62,7 +63,7 @@ class AppServices:
             job_queue=queue,
             key_resolver=key_resolver,
             key_events=key_events,
-            rate_limiter=RateLimiter(queue.redis),
+            rate_limiter=rate_limiter,
             writers=WriterRegistry(settings),
             searcher=Searcher(settings, embedder_from_settings(settings)),
             reader=reader_from_settings(settings),
@@ -74,6 +75,8 @@ class AppServices:
                 max_pending=settings.ingest_max_pending,
                 max_queued_per_scope=settings.max_queued_per_scope,
                 max_queued_per_tenant=settings.max_queued_per_tenant,
+                limiter=rate_limiter,
+                user_limit=Limit(settings.user_rate_limit_per_s, settings.user_rate_limit_burst),
             ),
         )
 

@@ -65,17 +65,22 @@ class ScopeRepository:
 
 
 _UNFINISHED = "c.status IN ('queued', 'processing')"  # the predicate of ix_chunks_scope_pending
+# A scope's chunks are numbered 1..last_seq (imports raise last_seq to their numbers), so last_seq
+# bounds its unfinished ones: a scope whose last_seq leaves room for the whole batch under the cap
+# (:room, the cap less the batch's chunks) is not counted. Most scopes are, so a batch costs a primary
+# key lookup per scope, not a walk of each one's backlog; only a scope near or past the cap is counted.
 _UNFINISHED_PER_SCOPE = text(
     f"""
-    SELECT s.tenant_id, s.user_id, q.n
+    SELECT s.tenant_id, s.user_id,
+        CASE WHEN coalesce(sc.last_seq, 0) <= :room THEN coalesce(sc.last_seq, 0) ELSE (
+            SELECT count(*) FROM (
+                SELECT 1 FROM chunks c
+                WHERE c.tenant_id = s.tenant_id AND c.user_id = s.user_id AND {_UNFINISHED}
+                LIMIT :cap
+            ) AS capped
+        ) END AS n
     FROM unnest(CAST(:tenants AS uuid[]), CAST(:users AS text[])) AS s(tenant_id, user_id)
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS n FROM (
-            SELECT 1 FROM chunks c
-            WHERE c.tenant_id = s.tenant_id AND c.user_id = s.user_id AND {_UNFINISHED}
-            LIMIT :cap
-        ) AS capped
-    ) AS q
+    LEFT JOIN scopes sc ON sc.tenant_id = s.tenant_id AND sc.user_id = s.user_id
     """  # noqa: S608  (no input in the text: the predicate is a constant)
 )
 _UNFINISHED_PER_TENANT = text(
@@ -158,16 +163,26 @@ class ChunkRepository:
         scope_cap: int,
         tenants: Sequence[uuid.UUID],
         tenant_cap: int,
+        *,
+        adding: int = 0,
     ) -> tuple[dict[tuple[uuid.UUID, str], int], dict[uuid.UUID, int]]:
         """Chunks not yet applied (queued or processing) per scope of `scopes` and per tenant of
         `tenants`, each counted only up to its cap (0: not counted) over the small index of unfinished
-        chunks, so a count costs at most the cap's worth of index entries however long the backlog."""
+        chunks, so a count costs at most the cap's worth of index entries however long the backlog.
+
+        A scope's figure is an upper bound: its `last_seq` where that leaves room for `adding` more
+        chunks under the cap (no count needed to admit them), else its count."""
         per_scope: dict[tuple[uuid.UUID, str], int] = dict.fromkeys(scopes, 0)
         per_tenant: dict[uuid.UUID, int] = dict.fromkeys(tenants, 0)
         if scope_cap > 0 and scopes:
             rows = await self.session.execute(
                 _UNFINISHED_PER_SCOPE,
-                {"tenants": [t for t, _ in scopes], "users": [u for _, u in scopes], "cap": scope_cap + 1},
+                {
+                    "tenants": [t for t, _ in scopes],
+                    "users": [u for _, u in scopes],
+                    "cap": scope_cap + 1,
+                    "room": scope_cap - adding,
+                },
             )
             per_scope.update({(t, u): int(n) for t, u, n in rows})
         if tenant_cap > 0 and tenants:

@@ -152,3 +152,24 @@ async def test_a_tenant_over_its_queue_cap_is_refused_whichever_user_it_writes_f
         assert (await _post(client, other.admin, "user-0", "fact 0")).status_code == 202
     async with sessionmaker() as session:
         assert await session.scalar(select(func.count()).where(Chunk.tenant_id == tenant.tenant_id)) == 5
+
+
+async def test_a_tenant_whose_queue_drained_is_admitted_again_once_recounted(
+    settings: Settings, tenant: TenantKeys, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """A tenant's count is taken again in the background once a second: a batch never waits for it,
+    and the tenant is admitted again soon after its queue drained (well within `Retry-After`)."""
+    capped = settings.model_copy(update={"max_queued_per_tenant": 3})
+    async with AsyncTestClient(create_app(capped, configure_logs=False)) as client:
+        answers = [await _post(client, tenant.admin, f"user-{n}", "fact") for n in range(4)]
+        assert [a.status_code for a in answers] == [202] * 3 + [429]
+        async with running_worker(capped):
+            assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 3) == {"applied": 3}
+        retry_after = int(answers[-1].headers["retry-after"])
+        deadline = asyncio.get_running_loop().time() + retry_after
+        while True:
+            again = await _post(client, tenant.admin, "user-3", "fact")
+            if again.status_code == 202 or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert again.status_code == 202, again.text
