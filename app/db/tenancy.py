@@ -18,6 +18,7 @@ value.
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
@@ -34,6 +35,7 @@ SERVICE_ROLE = "memstore_service"
 _TENANTS: ContextVar[tuple[uuid.UUID, ...]] = ContextVar("memstore_tenants", default=())
 _SET = f"SELECT set_config('{TENANTS_SETTING}', $1, false)"
 _CARRIED = "memstore_tenant_ids"  # what a pooled connection's setting holds now (its record's info)
+ALIVE_AT = "memstore_alive_at"  # when a round trip last went well on a pooled connection (monotonic)
 
 
 @contextlib.contextmanager
@@ -80,3 +82,4 @@ def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         # The pool drops this connection and checks out another, as it does for a failed pre-ping.
         raise DisconnectionError(f"could not set the tenants of a connection: {exc}") from exc
     record.info[_CARRIED] = wanted
+    record.info[ALIVE_AT] = time.monotonic()  # the round trip just made: no ping needed (`app.db.engine`)

@@ -15,11 +15,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import Chunk, Scope
 
 _scopes = cast("Table", Scope.__table__)
-_allocate = insert(_scopes)
-_ALLOCATE_SEQS = _allocate.on_conflict_do_update(
-    index_elements=[_scopes.c.tenant_id, _scopes.c.user_id],
-    set_={"last_seq": _scopes.c.last_seq + _allocate.excluded.last_seq},
-).returning(_scopes.c.tenant_id, _scopes.c.user_id, _scopes.c.last_seq)
+# One statement text whatever the number of scopes (a column each, as an array), so one prepared
+# statement; rows are taken, and locked, in the arrays' order.
+_ALLOCATE_SEQS = text(
+    """INSERT INTO scopes (tenant_id, user_id, last_seq)
+    SELECT * FROM unnest(CAST(:tenants AS uuid[]), CAST(:users AS text[]), CAST(:counts AS bigint[]))
+    ON CONFLICT (tenant_id, user_id) DO UPDATE SET last_seq = scopes.last_seq + excluded.last_seq
+    RETURNING tenant_id, user_id, last_seq
+    """
+)
 
 
 class ScopeRepository:
@@ -37,8 +41,12 @@ class ScopeRepository:
         """
         if not counts:
             return {}
-        params = [{"tenant_id": t, "user_id": u, "last_seq": counts[(t, u)]} for t, u in sorted(counts)]
-        # executemany form: one compiled statement whatever the batch size, sent as one multi-row VALUES.
+        scopes = sorted(counts)
+        params = {
+            "tenants": [t for t, _ in scopes],
+            "users": [u for _, u in scopes],
+            "counts": [counts[scope] for scope in scopes],
+        }
         rows = await self.session.execute(_ALLOCATE_SEQS, params)
         return {(r.tenant_id, r.user_id): int(r.last_seq) for r in rows}
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
+import msgspec
 from sqlalchemy import (
     ColumnElement,
     DateTime,
@@ -261,6 +262,39 @@ class Claim:
     next: ChunkRow | None
 
 
+# Accepted chunks, in one statement of one text whatever their number: a column each, as an array
+# (a multi-row VALUES would be a new text, and a new prepared statement, for every batch size, and costs
+# the API a bind parameter per value to build). JSON columns go as text, parsed by Postgres.
+_INSERTED = (
+    "id",
+    "tenant_id",
+    "user_id",
+    "agent_id",
+    "run_id",
+    "seq",
+    "messages",
+    "metadata",
+    "idempotency_key",
+    "body_hash",
+    "writer",
+)
+_INSERT_CHUNKS = text(
+    """INSERT INTO chunks (id, tenant_id, user_id, agent_id, run_id, seq, messages, metadata,
+                        idempotency_key, body_hash, writer)
+    SELECT id, tenant_id, user_id, agent_id, run_id, seq, messages::jsonb, metadata::jsonb,
+           idempotency_key, body_hash, writer
+    FROM unnest(CAST(:id AS uuid[]), CAST(:tenant_id AS uuid[]), CAST(:user_id AS text[]),
+                CAST(:agent_id AS text[]), CAST(:run_id AS text[]), CAST(:seq AS bigint[]),
+                CAST(:messages AS text[]), CAST(:metadata AS text[]), CAST(:idempotency_key AS text[]),
+                CAST(:body_hash AS text[]), CAST(:writer AS text[]))
+        AS c(id, tenant_id, user_id, agent_id, run_id, seq, messages, metadata, idempotency_key,
+             body_hash, writer)
+    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+    """
+)
+
+
 class PipelineRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
@@ -410,17 +444,10 @@ class PipelineRepository:
         another process is skipped)."""
         if not rows:
             return set()
-        # Core executemany on the table: SQLAlchemy sends it as one multi-row INSERT ... RETURNING.
-        table = cast("Table", Chunk.__table__)
-        stmt = (
-            insert(table)
-            .on_conflict_do_nothing(
-                index_elements=[table.c.tenant_id, table.c.idempotency_key],
-                index_where=text("idempotency_key IS NOT NULL"),
-            )
-            .returning(table.c.id)
-        )
-        result = await self.session.execute(stmt, list(rows))
+        columns = {name: [row[name] for row in rows] for name in _INSERTED}
+        for name in ("messages", "metadata"):
+            columns[name] = [msgspec.json.encode(v).decode() for v in columns[name]]
+        result = await self.session.execute(_INSERT_CHUNKS, columns)
         return set(result.scalars().all())
 
     async def insert_imported(self, rows: Sequence[dict[str, Any]]) -> int:
