@@ -24,6 +24,11 @@ class EmbedderSettings(BaseModel):
         default=0, ge=0, description="Threads of one onnx embedding run (0: one per core)."
     )
     embedder_api_key: str | None = Field(default=None, description="Bearer key for the embedder endpoint.")
+    embedder_cache_size: int = Field(
+        default=4096,
+        ge=0,
+        description="Texts whose vectors a process keeps, so a text is not embedded twice (0: no cache).",
+    )
     embedder_batch_size: int = Field(default=64, description="Texts per embedding request.", ge=1)
     embedder_timeout_s: float = Field(default=10.0, description="Longest one embedding request may take.")
     embedder_max_retries: int = Field(

@@ -1,18 +1,46 @@
-"""Embedders: text -> vector, behind one protocol so the model can change without touching callers."""
+"""Embedders: text -> vector, behind one protocol so the model can change without touching callers.
+
+Every embedder built here comes wrapped in a `CoalescedEmbedder` (a cache of vectors, and concurrent
+calls sharing model runs), the hashing one included: its model costs little, but one path for all
+keeps the counts a test reads (`embedder_counts`) the same as those of the default embedder.
+"""
 
 from __future__ import annotations
 
 from app.config import Settings
 from app.embeddings.base import Embedder
+from app.embeddings.coalesced import CoalescedEmbedder, EmbedderCounts
 from app.embeddings.hashing import HashingEmbedder
 
-__all__ = ["Embedder", "HashingEmbedder", "embedder_from_settings"]
+__all__ = [
+    "CoalescedEmbedder",
+    "Embedder",
+    "EmbedderCounts",
+    "HashingEmbedder",
+    "embedder_counts",
+    "embedder_from_settings",
+]
 
 EMBEDDERS = ("onnx", "hashing", "openai", "local")
 
 
-def embedder_from_settings(settings: Settings, name: str | None = None) -> Embedder:
-    """The embedder named `name` (default `MEMSTORE_EMBEDDER`) configured from `MEMSTORE_EMBEDDER_*`."""
+def embedder_from_settings(settings: Settings, name: str | None = None) -> CoalescedEmbedder:
+    """The embedder named `name` (default `MEMSTORE_EMBEDDER`) configured from `MEMSTORE_EMBEDDER_*`,
+    with its cache and shared model runs."""
+    return CoalescedEmbedder(model_from_settings(settings, name), cache_size=settings.embedder_cache_size)
+
+
+def embedder_counts(embedder: Embedder) -> EmbedderCounts:
+    """What `embedder` did so far: model runs, texts embedded, cache hits (`embedder_from_settings`'s
+    embedders count them; a bare model built by hand does not, and is refused rather than read as 0)."""
+    if not isinstance(embedder, CoalescedEmbedder):
+        msg = f"{type(embedder).__name__} counts nothing: build it with embedder_from_settings"
+        raise TypeError(msg)
+    return embedder.counts
+
+
+def model_from_settings(settings: Settings, name: str | None = None) -> Embedder:
+    """The bare model behind `embedder_from_settings` (no cache, no coalescing)."""
     name = name or settings.embedder
     if name == "hashing":
         return HashingEmbedder(settings.embedding_dim)

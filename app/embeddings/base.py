@@ -13,11 +13,16 @@ from typing import Protocol, runtime_checkable
 RELATED_FLOORS = {"onnx": 0.30, "local": 0.30, "hashing": 0.15}
 
 
+def family(embedder: str) -> str:
+    """The embedder family of a name (`onnx:all-MiniLM-L6-v2-int8:384` -> `onnx`, `hashing-v1-384` ->
+    `hashing`)."""
+    return embedder.split(":", 1)[0].split("-", 1)[0]
+
+
 def related_floor(embedder: str, protocol_floor: float) -> float:
     """The floor for `embedder` (its name) where Memstore has measured one, else the protocol's own
     (the reference frameworks' floors are on their own embedders' scales)."""
-    family = embedder.split(":", 1)[0].split("-", 1)[0]
-    return RELATED_FLOORS.get(family, protocol_floor)
+    return RELATED_FLOORS.get(family(embedder), protocol_floor)
 
 
 @runtime_checkable

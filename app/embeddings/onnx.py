@@ -11,10 +11,10 @@ Vectors are what sentence-transformers computes for this model: WordPiece tokens
 mean pooling over the real tokens, L2 normalisation. Against the official fp32 weights the int8 file's
 vectors agree to a cosine of at least 0.9989 (docs/benchmarks.md, "Retrieval on LoCoMo").
 
-Embedding runs in a worker thread, so the event loop keeps serving. Calls made while a batch is
-being embedded queue up and go together into the next one (the group commit of the write path and
-concurrent searches share model runs); inside a run, texts are sorted by length and embedded in
-sub-batches, so short texts are not padded to the length of long ones.
+Embedding runs in a worker thread, so the event loop keeps serving. Concurrent calls are coalesced
+into shared runs by the wrapper every embedder gets (`coalesced.CoalescedEmbedder`); inside a run,
+texts are sorted by length and embedded in sub-batches, so short texts are not padded to the length
+of long ones.
 
 The loaded model is shared by every embedder of the process (one copy in memory, loaded once).
 """
@@ -37,10 +37,8 @@ MODEL_FILE = "model.onnx"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
-# Texts per model run inside one batch; sorted by length first, so padding stays small.
+# Texts per session run inside one call; sorted by length first, so padding stays small.
 SUB_BATCH = 16
-# Most texts one queued batch takes; the rest go in the next (a bound on one run's memory).
-MAX_BATCH = 512
 
 
 class ModelIntegrityError(RuntimeError):
@@ -140,14 +138,8 @@ def load_model(model_file: Path, tokenizer_file: Path, threads: int, pinned: boo
 
 
 @dataclass
-class _Queued:
-    texts: list[str]
-    future: asyncio.Future[list[list[float]]]
-
-
-@dataclass
 class OnnxEmbedder:
-    """Sentence embeddings computed in this process, off the event loop, in coalesced batches.
+    """Sentence embeddings computed in this process, off the event loop.
 
     `model` is `all-MiniLM-L6-v2` (the packaged, pinned files) or a directory holding `model.onnx`
     and `tokenizer.json` of another mean-pooled sentence-transformers model (the operator's files,
@@ -158,10 +150,7 @@ class OnnxEmbedder:
     dim: int = 384
     threads: int = 0
     name: str = field(init=False)
-    batches: int = field(default=0, init=False)  # model runs so far (concurrent calls share one)
     _model: SentenceModel = field(init=False, repr=False)
-    _queue: list[_Queued] = field(default_factory=list, init=False, repr=False)
-    _runner: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.model == DEFAULT_MODEL:
@@ -190,35 +179,6 @@ class OnnxEmbedder:
     async def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
-        loop = asyncio.get_running_loop()
-        queued = _Queued(list(texts), loop.create_future())
-        self._queue.append(queued)
-        runner = self._runner
-        if runner is None or runner.done() or runner.get_loop() is not loop:
-            self._runner = loop.create_task(self._drain())
-        return await queued.future
-
-    async def _drain(self) -> None:
-        """Embed what is queued, a batch at a time, until nothing is left."""
-        while self._queue:
-            batch: list[_Queued] = []
-            size = 0
-            while self._queue and (not batch or size + len(self._queue[0].texts) <= MAX_BATCH):
-                batch.append(self._queue.pop(0))
-                size += len(batch[-1].texts)
-            texts = [t for queued in batch for t in queued.texts]
-            self.batches += 1
-            try:
-                array = await asyncio.to_thread(self._model.encode, texts)
-            except Exception as exc:  # noqa: BLE001  (handed to the callers, whose error it is)
-                for queued in batch:
-                    if not queued.future.done():
-                        queued.future.set_exception(exc)
-                continue
-            rows = array.tolist()
-            start = 0
-            for queued in batch:
-                part = rows[start : start + len(queued.texts)]
-                start += len(queued.texts)
-                if not queued.future.done():  # a caller that gave up (cancelled) is skipped
-                    queued.future.set_result(part)
+        array = await asyncio.to_thread(self._model.encode, texts)
+        rows: list[list[float]] = array.tolist()
+        return rows

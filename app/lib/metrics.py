@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -32,6 +33,22 @@ HTTP_LATENCY = Histogram(
     ["method", "route"],
     buckets=_LATENCY_BUCKETS,
 )
+_HTTP_SERIES: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+
+def http_request(method: str, route: str, status: int, seconds: float) -> None:
+    """Count an answered request and observe its latency. The labelled series are looked up once per
+    (method, route, status): `labels()` costs more than the update itself, on every request."""
+    series = _HTTP_SERIES.get((method, route, status))
+    if series is None:
+        if len(_HTTP_SERIES) > 10_000:  # routes are templates and statuses few; a bound all the same
+            _HTTP_SERIES.clear()
+        series = (HTTP_REQUESTS.labels(method, route, str(status)), HTTP_LATENCY.labels(method, route))
+        _HTTP_SERIES[(method, route, status)] = series
+    series[0].inc()
+    series[1].observe(seconds)
+
+
 AUTH_LOOKUPS = Counter(
     "memstore_auth_lookups_total",
     "API keys resolved, by how: cached, queried, refused_cached (a known-bad key), refused_unchecked.",
@@ -75,6 +92,17 @@ GUARDS_FIRED = Counter("memstore_guards_fired_total", "Writer ops dropped or cha
 GRAPH_ROWS_INDEXED = Counter(
     "memstore_graph_rows_indexed_total",
     "Memories added to the vector graph by the workers' indexer (each written head joins it this way).",
+)
+EMBEDDER_RUNS = Counter(
+    "memstore_embedder_runs_total",
+    "Model runs (or embedding requests' batches) of the embedder; concurrent callers share one.",
+    ["family"],
+)
+EMBEDDER_TEXTS = Counter("memstore_embedder_texts_total", "Texts the embedder's model embedded.", ["family"])
+EMBEDDER_CACHE_HITS = Counter(
+    "memstore_embedder_cache_hits_total",
+    "Texts answered from the embedder's cache of vectors it made before, without the model.",
+    ["family"],
 )
 
 

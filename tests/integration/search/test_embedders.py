@@ -19,7 +19,7 @@ async def test_batches_keep_order_and_come_back_normalised() -> None:
         embedder = embedder_from_settings(
             Settings(embedder="openai", embedder_base_url=server.base_url, embedder_batch_size=64)
         )
-        assert isinstance(embedder, OpenAIEmbedder)
+        assert isinstance(embedder.inner, OpenAIEmbedder)
         vectors = await embedder.embed(texts)
         assert [len(r["input"]) for r in server.embedding_requests] == [64, 64, 22]
         assert server.embedding_requests[0]["model"] == "all-MiniLM-L6-v2"

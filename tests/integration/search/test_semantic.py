@@ -127,9 +127,9 @@ async def test_concurrent_calls_share_model_runs_and_match_single_calls() -> Non
     embedder = semantic_embedder()
     texts = [f"The user visited city number {i} and liked its {'old ' * (i % 7)}museums." for i in range(40)]
     alone = [(await embedder.embed([t]))[0] for t in texts[:3]]
-    runs_before = embedder.batches
+    runs_before = embedder.runs
     together = await asyncio.gather(*(embedder.embed([t]) for t in texts))
-    assert embedder.batches - runs_before < len(texts) // 4  # coalesced into a few runs, not 40
+    assert embedder.runs - runs_before < len(texts) // 4  # coalesced into a few runs, not 40
     for single, batched in zip(alone, together[:3], strict=True):
         # Padded beside longer texts, the vector is the same.
         assert _dot(single, batched[0]) > 0.9999

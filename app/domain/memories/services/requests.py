@@ -17,10 +17,14 @@ MAX_MEMORY_CHARS = 2_000
 
 @dataclass(frozen=True)
 class Shown:
-    """A memory as it was when shown to the writer under a local id."""
+    """A memory as it was when shown to the writer under a local id (its content, tags and date when
+    the caller had them: `texts_to_embed` leaves out an UPDATE that repeats them)."""
 
     memory_id: uuid.UUID
     version: int
+    content: str | None = None
+    tags: tuple[str, ...] = ()
+    memory_at: datetime | None = None
 
 
 @dataclass(frozen=True)

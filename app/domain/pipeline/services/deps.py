@@ -23,7 +23,7 @@ from app.domain.pipeline.locks import ScopeLocks
 from app.domain.pipeline.repositories import PipelineRepository, TenantOptions
 from app.domain.pipeline.services.failures import outage_backoff
 from app.domain.search.services import Searcher
-from app.embeddings import Embedder
+from app.embeddings import Embedder, EmbedderCounts, embedder_counts
 from app.embeddings.openai import EmbeddingError
 from app.lib.errors import EmbedderMismatch
 from app.writers.base import OpKind, strictest
@@ -167,6 +167,12 @@ class PipelineDeps:
         if self._searcher is None:
             self._searcher = Searcher(self.settings, self.embedder)
         return self._searcher
+
+    @property
+    def embedder_counts(self) -> EmbedderCounts:
+        """Model runs, texts embedded and cache hits of this process's embedder so far (the candidate
+        searches and the applies share it)."""
+        return embedder_counts(self.embedder)
 
     @property
     def actor(self) -> str:

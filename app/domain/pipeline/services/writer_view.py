@@ -110,7 +110,9 @@ async def build_request(
                 memory = hits[memory_id]
                 local_id = len(shown)
                 by_memory[memory_id] = local_id
-                shown[local_id] = Shown(memory.id, memory.version)
+                shown[local_id] = Shown(
+                    memory.id, memory.version, memory.content, tuple(memory.tags), memory.memory_at
+                )
                 candidates.append(
                     Candidate(
                         local_id,
