@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
+import msgspec
 import structlog
 
 # Keys whose values must never reach a log line, wherever they appear in an event.
@@ -47,7 +48,8 @@ def _redact(value: Any) -> Any:
 
 def redact_secrets(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """structlog processor: replace the values of secret-looking keys, and secret-looking values, at
-    any depth (run again after an exception is rendered, so its text is covered too)."""
+    any depth. It runs once, last before rendering, after an exception is rendered, so its text is
+    covered too."""
     for key in list(event_dict):
         if key.lower() in _SECRET_KEYS:
             event_dict[key] = _REDACTED
@@ -64,12 +66,11 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", process: str | Non
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        redact_secrets,
     ]
     if process:
         structlog.contextvars.bind_contextvars(process=process)
     renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer()
+        structlog.processors.JSONRenderer(serializer=_json)
         if json_output
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
@@ -99,6 +100,8 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", process: str | Non
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # No line shows the calling function, so no record looks for it (a walk up the stack per line).
+    logging._srcfile = None  # the standard library's documented switch for this
     # Our own request log replaces uvicorn's access log (it carries the request id and no headers).
     logging.getLogger("uvicorn.access").disabled = True
     # arq logs every job start and end at INFO; the pipeline's own events say what matters.
@@ -111,6 +114,15 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", process: str | Non
         "arq.worker",
     ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _json(event_dict: Any, **_: Any) -> str:
+    """JSON of a log line (msgspec: a fifth of the standard library's time); what it cannot encode is
+    written as its `repr`, as structlog's default does."""
+    return _ENCODER.encode(event_dict).decode()
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=repr)
 
 
 def _identity(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

@@ -6,6 +6,7 @@ Handlers never reach for these through `app.state`: each one is a named dependen
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncGenerator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -106,6 +107,11 @@ def services_lifespan(
     async def lifespan(application: Litestar) -> AsyncGenerator[None, None]:
         services = await AppServices.start(settings, default_limit)
         application.state.services = services
+        # What start-up made (the app, its routes and schemas, the loaded modules) lives as long as the
+        # process: out of the collector's generations, a full collection under load walks only what
+        # requests made, instead of pausing every request in flight for all of it (the p99's tail).
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:

@@ -79,8 +79,7 @@ async def stamp_response(message: Message, scope: Scope) -> None:
     # The route template ("/v1/chunks/{chunk_id:uuid}"), not the path, keeps label values few.
     route = str(scope.get("path_template") or "unmatched")
     method = str(scope.get("method"))
-    metrics.HTTP_REQUESTS.labels(method, route, str(message["status"])).inc()
-    metrics.HTTP_LATENCY.labels(method, route).observe(elapsed)
+    metrics.http_request(method, route, message["status"], elapsed)
     log.info(
         "http.request",
         request_id=request_id,
