@@ -197,11 +197,11 @@ def running_stack(
         log_file = data_dir.parent / "memstore.log"
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
-        # Benchmarks measure throughput: no per-key request rate (a deployment sets its own), unless
-        # `default_limits` asks for the service as deployed.
+        # Benchmarks measure throughput: no request rate per key or per user (a deployment sets its
+        # own), unless `default_limits` asks for the service as deployed.
         env |= {"MEMSTORE_LOG_LEVEL": log_level, "MEMSTORE_ADMIN_KEY": ADMIN_KEY}
         if not default_limits:
-            env["MEMSTORE_RATE_LIMIT_PER_S"] = "0"
+            env |= {"MEMSTORE_RATE_LIMIT_PER_S": "0", "MEMSTORE_USER_RATE_LIMIT_PER_S": "0"}
         env |= env_overrides or {}
         postgres = EmbeddedPostgres(data_dir / "pg")
         with log_file.open("ab") as log:
