@@ -278,6 +278,14 @@ _INSERTED = (
     "body_hash",
     "writer",
 )
+# What a row may leave out (the rest it must give).
+_OPTIONAL: dict[str, Any] = {
+    "agent_id": None,
+    "run_id": None,
+    "metadata": {},
+    "idempotency_key": None,
+    "writer": None,
+}
 _INSERT_CHUNKS = text(
     """INSERT INTO chunks (id, tenant_id, user_id, agent_id, run_id, seq, messages, metadata,
                         idempotency_key, body_hash, writer)
@@ -444,7 +452,9 @@ class PipelineRepository:
         another process is skipped)."""
         if not rows:
             return set()
-        columns = {name: [row[name] for row in rows] for name in _INSERTED}
+        columns = {
+            name: [row[name] if name in row else _OPTIONAL[name] for row in rows] for name in _INSERTED
+        }
         for name in ("messages", "metadata"):
             columns[name] = [msgspec.json.encode(v).decode() for v in columns[name]]
         result = await self.session.execute(_INSERT_CHUNKS, columns)
