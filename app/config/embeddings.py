@@ -21,7 +21,10 @@ class EmbedderSettings(BaseModel):
         "packaged all-MiniLM-L6-v2, or a directory).",
     )
     embedder_threads: int = Field(
-        default=0, ge=0, description="Threads of one onnx embedding run (0: one per core)."
+        default=0,
+        ge=0,
+        description="Threads of one onnx embedding run (0: one per core in the API, where a search "
+        "waits for it; one in a worker, whose jobs' texts queue for it).",
     )
     embedder_api_key: str | None = Field(default=None, description="Bearer key for the embedder endpoint.")
     embedder_cache_size: int = Field(
