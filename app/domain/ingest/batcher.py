@@ -434,9 +434,13 @@ class _TenantCounts:
     `fresh_for_s` is taken again in the background, off every request's path. Chunks admitted since are
     added and those applied since are not taken off, so the figure errs high: the cap only gets
     stricter. Other API processes' admissions show at the next count (the overshoot the module
-    docstring allows)."""
+    docstring allows). A tenant far below its cap (under a quarter of it) is counted every
+    `far_below_for_s` instead: its count walks the most entries for the least use, and three quarters
+    of the cap (150,000 chunks by default) take more than those seconds to fill at any rate one
+    deployment ingests."""
 
     fresh_for_s: float = 1.0
+    far_below_for_s: float = 5.0
     counts: dict[uuid.UUID, tuple[float, int]] = field(default_factory=dict)
     _refresh: asyncio.Task[None] | None = None
 
@@ -444,11 +448,15 @@ class _TenantCounts:
         seen = self.counts.get(tenant_id)
         return None if seen is None else seen[1]
 
-    def stale(self, tenant_ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:
+    def stale(self, tenant_ids: Iterable[uuid.UUID], cap: int) -> list[uuid.UUID]:
         now = time.monotonic()
-        return sorted(
-            t for t in tenant_ids if t in self.counts and now - self.counts[t][0] >= self.fresh_for_s
-        )
+        stale = []
+        for tenant_id in tenant_ids:
+            if (seen := self.counts.get(tenant_id)) is not None:
+                fresh_for_s = self.far_below_for_s if seen[1] < cap / 4 else self.fresh_for_s
+                if now - seen[0] >= fresh_for_s:
+                    stale.append(tenant_id)
+        return sorted(stale)
 
     def seen(self, tenant_id: uuid.UUID, count: int) -> None:
         self.counts[tenant_id] = (time.monotonic(), count)
@@ -521,7 +529,9 @@ class _Caps:
             for tenant_id, count in read.items():
                 self.tenants.seen(tenant_id, count)
             if self.per_tenant:
-                self.tenants.refresh_soon(self.tenants.stale(tenants), sessionmaker, self.per_tenant)
+                self.tenants.refresh_soon(
+                    self.tenants.stale(tenants, self.per_tenant), sessionmaker, self.per_tenant
+                )
             counted.queued_by_tenant = {t: self.tenants.known(t) or 0 for t in tenants}
         return counted
 
