@@ -6,11 +6,17 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.domain.memories.repositories import MemoryState
 from app.domain.memories.services import ApplyRequest, Provenance, Shown
 from app.domain.memories.services.apply import texts_to_embed
+from app.domain.memories.services.guards import WRITES_CONTENT, Checked, check_ops
 from app.writers.base import Op, OpKind
 
 MAY = datetime(2026, 5, 1, tzinfo=UTC)
+SEPTEMBER = datetime(2026, 9, 1, tzinfo=UTC)
 LYON = Shown(uuid.uuid4(), 3, "The user lives in Lyon.", ("home",), MAY)
 
 
@@ -64,3 +70,54 @@ def test_an_update_that_becomes_an_add_is_embedded() -> None:
     # Shown without its content (a caller that did not have it): embedded, the guards decide later.
     bare = request(Op(OpKind.UPDATE, "The user lives in Lyon.", (0,)), shown={0: Shown(LYON.memory_id, 3)})
     assert texts_to_embed([bare]) == ["The user lives in Lyon."]
+
+
+# Every op the guards accept with content has its text embedded beforehand: `texts_to_embed` may leave
+# out only what `check_ops` drops, or the apply would fail for want of a vector. Checked against the
+# guards themselves, over generated ops and memories as they were shown and as they stand locked.
+_CONTENTS = ["The user lives in Lyon.", "The user lives in Oslo.", "  The user lives in Lyon.  ", "", "..."]
+_TAGS = [(), ("home",), ("work",)]
+
+
+@st.composite
+def _cases(draw: st.DrawFn) -> tuple[ApplyRequest, dict[uuid.UUID, MemoryState]]:
+    shown: dict[int, Shown] = {}
+    locked: dict[uuid.UUID, MemoryState] = {}
+    for local_id in range(draw(st.integers(0, 3))):
+        memory_id = uuid.uuid4()
+        content = draw(st.sampled_from(_CONTENTS[:2]))
+        tags = draw(st.sampled_from(_TAGS))
+        when = draw(st.sampled_from([None, MAY, SEPTEMBER, SEPTEMBER]))
+        shown[local_id] = Shown(memory_id, 3, content, tags, when)
+        # As it stands under its lock: unchanged (most often), changed since it was shown, or gone.
+        version = draw(st.sampled_from([3, 3, 3, 4, None]))
+        if version is not None:
+            locked[memory_id] = MemoryState(memory_id, version, "active", content, tags, "user", when)
+    ops = draw(
+        st.lists(
+            st.builds(
+                Op,
+                st.sampled_from([*OpKind, OpKind.UPDATE, OpKind.UPDATE]),
+                st.sampled_from([*_CONTENTS, _CONTENTS[0], _CONTENTS[0], None]),
+                st.lists(st.integers(0, 3), max_size=2).map(tuple),
+                st.sampled_from([(), ("home",), ("work",)]),
+            ),
+            max_size=6,
+        )
+    )
+    at = draw(st.sampled_from([None, MAY, MAY, datetime(2026, 7, 1, tzinfo=UTC)]))
+    return request(*ops, shown=shown, at=at), locked
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_cases())
+def test_every_op_the_guards_accept_with_content_has_its_text_embedded(
+    case: tuple[ApplyRequest, dict[uuid.UUID, MemoryState]],
+) -> None:
+    apply, locked = case
+    held: Checked = []
+    accepted = check_ops(apply.ops, apply.shown, locked, [], apply.memory_at, apply.limits, held)
+    embedded = set(texts_to_embed([apply]))
+    for _, op, _ in [*accepted, *held]:
+        if op.kind in WRITES_CONTENT:
+            assert (op.content or "").strip() in embedded, (op, apply.shown, locked)
