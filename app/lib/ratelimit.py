@@ -58,7 +58,8 @@ return {granted, 0}
 
 # KEYS: the buckets of a batch; ARGV: rate per second, burst, then per request its number of buckets
 # m and m pairs (bucket's index in KEYS, tokens). In order, a request takes its tokens from all its
-# buckets or from none. Returns per request 0 (admitted) or the milliseconds until it would be.
+# buckets or from none. Returns per request two numbers: 0 (admitted) or the milliseconds until it
+# would be, and the index in KEYS of the bucket that holds it back the longest (0 if none).
 _ADMIT_SCRIPT = """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
@@ -76,11 +77,16 @@ local pos = 3
 while pos <= #ARGV do
   local m = tonumber(ARGV[pos])
   local wait = 0
+  local holding = 0
   for j = 1, m do
     local k = tonumber(ARGV[pos + 2 * j - 1])
     local n = tonumber(ARGV[pos + 2 * j])
     if tokens[k] < n then
-      wait = math.max(wait, math.ceil((n - tokens[k]) * 1000 / rate))
+      local w = math.ceil((n - tokens[k]) * 1000 / rate)
+      if w > wait then
+        wait = w
+        holding = k
+      end
     end
   end
   if wait == 0 then
@@ -90,6 +96,7 @@ while pos <= #ARGV do
     end
   end
   waits[#waits + 1] = wait
+  waits[#waits + 1] = holding
   pos = pos + 2 * m + 1
 end
 local ttl = math.ceil(burst * 1000 / rate) + 1000
@@ -179,11 +186,12 @@ class RateLimiter:
             asking.set_result(wait)
         return wait
 
-    async def admit(self, limit: Limit, requests: Sequence[dict[str, int]]) -> list[float]:
+    async def admit(self, limit: Limit, requests: Sequence[dict[str, int]]) -> list[tuple[float, str | None]]:
         """Charge each request's tokens (bucket name -> tokens) in order, all of a request or none:
-        per request 0 if admitted, else the seconds until it would be. One round trip for them all."""
+        per request (0, None) if admitted, else the seconds until it would be and the bucket that
+        holds it back. One round trip for them all."""
         if limit.off or not requests:
-            return [0.0] * len(requests)
+            return [(0.0, None)] * len(requests)
         index: dict[str, int] = {}
         args: list[float] = [limit.rate_per_s, limit.burst]
         for charges in requests:
@@ -194,8 +202,13 @@ class RateLimiter:
         keys = [f"memstore:rate:{bucket}" for bucket in index]
         result = await self._call(self._admit_script, keys, args)
         if result is None:
-            return [0.0] * len(requests)
-        return [max(int(ms), 1) / 1000 if int(ms) else 0.0 for ms in result]
+            return [(0.0, None)] * len(requests)
+        buckets = list(index)
+        answers = []
+        for ms, holding in zip(result[::2], result[1::2], strict=True):
+            admitted = int(ms) == 0
+            answers.append((0.0, None) if admitted else (int(ms) / 1000, buckets[int(holding) - 1]))
+        return answers
 
     async def _call(self, script: object, keys: list[str], args: list[float]) -> list[int] | None:
         """The script's answer, or None (requests pass) when Redis does not give one in time."""

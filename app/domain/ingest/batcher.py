@@ -190,18 +190,23 @@ class IngestBatcher:
         (`RateLimiter.admit`); the others are answered 429 `rate_limited`, none of their chunks written."""
         if self.limiter is None or self.user_limit.off or not batch:
             return batch
-        charges = [
-            collections.Counter(f"user:{r.principal.tenant_id}:{chunk.user_id}" for chunk, _ in r.chunks)
-            for r in batch
-        ]
-        waits = await self.limiter.admit(self.user_limit, charges)
+        buckets: dict[str, str] = {}  # bucket -> user_id
+        charges = []
+        for request in batch:
+            charge: collections.Counter[str] = collections.Counter()
+            for chunk, _ in request.chunks:
+                bucket = f"user:{request.principal.tenant_id}:{chunk.user_id}"
+                buckets[bucket] = chunk.user_id
+                charge[bucket] += 1
+            charges.append(charge)
+        answers = await self.limiter.admit(self.user_limit, charges)
         admitted = []
-        for request, wait_s in zip(batch, waits, strict=True):
-            if wait_s <= 0:
+        for request, (wait_s, holding) in zip(batch, answers, strict=True):
+            if holding is None:
                 admitted.append(request)
                 continue
             metrics.INGEST_REJECTED.labels("rate_limited").inc()
-            user_id = request.chunks[0][0].user_id
+            user_id = buckets[holding]
             limit = self.user_limit
             _fail_request(
                 request,
