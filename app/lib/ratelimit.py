@@ -204,7 +204,7 @@ class RateLimiter:
         if result is None:
             return [(0.0, None)] * len(requests)
         buckets = list(index)
-        answers = []
+        answers: list[tuple[float, str | None]] = []
         for ms, holding in zip(result[::2], result[1::2], strict=True):
             admitted = int(ms) == 0
             answers.append((0.0, None) if admitted else (int(ms) / 1000, buckets[int(holding) - 1]))
