@@ -39,6 +39,20 @@ browser: ## Debian's chromium for the console's browser tests (installed with ap
 	  fi; \
 	fi
 
+.PHONY: rules
+rules: ## Check the Prometheus rules and run their unit tests (promtool; Debian's prometheus installed when missing)
+	@if ! command -v promtool >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing Debian's prometheus for promtool (apt-get, once)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
+	  else \
+	    echo "make: promtool is missing and cannot be installed here (needs root and apt-get)" >&2; exit 1; \
+	  fi; \
+	fi
+	promtool check rules deploy/prometheus/memstore-rules.yml
+	promtool test rules deploy/prometheus/tests/*.yml
+
 .PHONY: test
 test: $(STAMP) browser ## Run the test suite (starts its own embedded Postgres + Redis; gets chromium if missing)
 	$(BIN)/python -m pytest
