@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import yaml
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -99,3 +101,31 @@ async def test_a_worker_serves_its_own_metrics(
             text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
     assert sample(text, "memstore_chunks_finished_total", outcome="applied", writer="offline") >= 1
     assert sample(text, "memstore_writer_duration_seconds_count", writer="offline", outcome="ok") >= 1
+
+
+RULES = Path(__file__).resolve().parents[3] / "deploy" / "prometheus" / "memstore-rules.yml"
+
+
+async def test_every_metric_the_prometheus_rules_read_is_one_memstore_serves(
+    client: AsyncTestClient[Litestar],
+) -> None:
+    """The rules (deploy/prometheus) and `/metrics` cannot drift apart: a renamed or removed metric
+    would leave an alert that can never fire."""
+    served = set()
+    for line in (await client.get("/metrics")).text.splitlines():
+        if line.startswith("# TYPE "):
+            name, kind = line.split()[2:4]
+            served.add(name)
+            if kind == "histogram":
+                served |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+            elif kind == "counter" and not name.endswith("_total"):
+                served.add(f"{name}_total")
+    rules = yaml.safe_load(RULES.read_text())
+    read = {
+        name
+        for group in rules["groups"]
+        for rule in group["rules"]
+        for name in re.findall(r"\bmemstore_[a-z_]+\b", rule["expr"])
+    }
+    assert read, "no metric found in the rules"
+    assert read <= served, f"the rules read metrics /metrics does not serve: {sorted(read - served)}"
