@@ -199,7 +199,11 @@ class IngestBatcher:
                 buckets[bucket] = chunk.user_id
                 charge[bucket] += 1
             charges.append(charge)
-        answers = await self.limiter.admit(self.user_limit, charges)
+        try:
+            answers = await self.limiter.admit(self.user_limit, charges)
+        except Exception:  # this loop must outlive any fault: a limit is a shield, requests pass
+            log.exception("ingest.user_limit_failed", requests=len(batch))
+            return batch
         admitted = []
         for request, (wait_s, holding) in zip(batch, answers, strict=True):
             if holding is None:
