@@ -53,10 +53,11 @@ def test_ops_that_may_store_are_embedded_once_each() -> None:
         Op(OpKind.ADD, "The user likes tea."),
         Op(OpKind.ADD, "The user likes tea."),
         Op(OpKind.SUPERSEDE, "The user lives in Rome.", (0,)),
-        # The same content with other tags writes a version: its vector is needed
-        Op(OpKind.UPDATE, "The user lives in Lyon.", (0,), tags=("city",)),
     ]
-    assert texts_to_embed([request(*ops)]) == [
+    # The same content with other tags writes a version: its vector is needed (in a result of its own:
+    # after the SUPERSEDE above, a second op on memory 0 is dropped, `duplicate_target`).
+    retag = Op(OpKind.UPDATE, "The user lives in Lyon.", (0,), tags=("city",))
+    assert texts_to_embed([request(*ops), request(retag)]) == [
         "The user likes tea.",
         "The user lives in Rome.",
         "The user lives in Lyon.",

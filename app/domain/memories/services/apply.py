@@ -23,14 +23,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.domain.memories.repositories import ChangesetRepository, MemoryRepository
+from app.domain.memories.repositories import ChangesetRepository, MemoryRepository, MemoryState
 from app.domain.memories.services.guards import (
     WRITES_CONTENT,
     Checked,
     Plan,
     check_ops,
     find_near_duplicates,
-    storable,
 )
 from app.domain.memories.services.requests import (
     ApplyLimits,
@@ -44,40 +43,36 @@ from app.domain.memories.services.rows import Rows
 from app.domain.memories.version_writer import VersionWriter
 from app.domain.reviews.repositories import ReviewRepository
 from app.embeddings import Embedder
-from app.writers.base import Op, OpKind, is_placeholder
+from app.writers.base import Op
 
 
 def texts_to_embed(requests: Sequence[ApplyRequest]) -> list[str]:
-    """The texts `apply_many` may store for `requests`, once each: those of the ops that may write
-    content (`may_store`). Which of them are used is only known under the locks."""
+    """The texts `apply_many` may store for `requests`, once each: those of the ops the guards let
+    through (or hold for review) if every memory shown is as it was shown. A memory that changed since
+    only drops more ops under the locks (`stale_target`), so no text `apply_many` looks up is missing;
+    a NOOP, a DELETE, an op the guards drop, or an UPDATE repeating what was shown costs no embedding."""
     texts: dict[str, None] = {}
     for request in requests:
-        for op in request.ops[: request.limits.max_ops]:
-            if may_store(op, request):
+        as_shown = {
+            shown.memory_id: MemoryState(
+                shown.memory_id,
+                shown.version,
+                "active",
+                shown.content or "",  # unknown: no UPDATE counts as repeating it
+                shown.tags,
+                "user",  # no guard reads the owner
+                shown.memory_at,
+            )
+            for shown in request.shown.values()
+        }
+        held: Checked = []
+        accepted = check_ops(
+            request.ops, request.shown, as_shown, [], request.memory_at, request.limits, held
+        )
+        for _, op, _ in [*accepted, *held]:
+            if op.kind in WRITES_CONTENT:
                 texts[(op.content or "").strip()] = None
     return list(texts)
-
-
-def may_store(op: Op, request: ApplyRequest) -> bool:
-    """Whether `op` may store its text, as far as the guards that need no lock can tell (`check_ops`
-    drops every op this rejects, so its text is never looked up): a NOOP or DELETE stores none; nor
-    does an op with unknown or malformed targets, unstorable or stand-in content, or an UPDATE that
-    repeats what the writer was shown (its memory is then unchanged, or changed since: stale)."""
-    text = (op.content or "").strip()
-    if op.kind not in WRITES_CONTENT or not storable(text, request.limits) or is_placeholder(text):
-        return False
-    if any(t not in request.shown for t in op.targets) or len(set(op.targets)) != len(op.targets):
-        return False
-    if (op.kind is OpKind.ADD) == bool(op.targets) or (op.kind is OpKind.UPDATE and len(op.targets) != 1):
-        return False
-    if op.kind is OpKind.UPDATE:
-        shown = request.shown[op.targets[0]]
-        # An UPDATE of a memory newer than the statement becomes an ADD (guard `older_fact`): it stores.
-        when = request.memory_at
-        older = when is not None and shown.memory_at is not None and shown.memory_at > when
-        if shown.content == text and (not op.tags or tuple(op.tags) == shown.tags) and not older:
-            return False
-    return True
 
 
 async def embed_ops(embedder: Embedder, requests: Sequence[ApplyRequest]) -> dict[str, list[float]]:
