@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any
 
-import msgspec
 from sqlalchemy import bindparam, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.arrays import as_columns
 from app.db.models import AuditEvent, AuditHead
 from app.domain.audit.chain import GENESIS_HASH
 
@@ -25,7 +25,7 @@ _EVENT_COLUMNS = (
     "summary",
     "created_at",
 )
-# A column each, as an array: one statement text (and one prepared statement) for any number of events.
+# A column each, as an array (`app.db.arrays`): one statement text for any number of events.
 _INSERT_EVENTS = text(
     """INSERT INTO audit_events (tenant_id, actor, action, target_type, target_id, request_id, summary,
                               created_at)
@@ -45,9 +45,7 @@ class AuditRepository:
     async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
         """Unsealed events (`audit.services.event_row`), in one statement of one text however many."""
         if rows:
-            columns = {name: [row[name] for row in rows] for name in _EVENT_COLUMNS}
-            columns["summary"] = [msgspec.json.encode(v).decode() for v in columns["summary"]]
-            await self.session.execute(_INSERT_EVENTS, columns)
+            await self.session.execute(_INSERT_EVENTS, as_columns(rows, _EVENT_COLUMNS, json=("summary",)))
 
     async def lock_head(self, tenant_id: uuid.UUID) -> AuditHead:
         """The tenant's chain head, row-locked until the transaction ends (sealers are serialised)."""

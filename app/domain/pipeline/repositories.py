@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-import msgspec
 from sqlalchemy import (
     ColumnElement,
     DateTime,
@@ -34,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.arrays import as_columns
 from app.db.models import Chunk, Tenant
 from app.domain.pipeline.locks import Lease
 
@@ -264,7 +264,7 @@ class Claim:
 
 # Accepted chunks, in one statement of one text whatever their number: a column each, as an array
 # (a multi-row VALUES would be a new text, and a new prepared statement, for every batch size, and costs
-# the API a bind parameter per value to build). JSON columns go as text, parsed by Postgres.
+# the API a bind parameter per value to build; `app.db.arrays`).
 _INSERTED = (
     "id",
     "tenant_id",
@@ -452,11 +452,7 @@ class PipelineRepository:
         another process is skipped)."""
         if not rows:
             return set()
-        columns = {
-            name: [row[name] if name in row else _OPTIONAL[name] for row in rows] for name in _INSERTED
-        }
-        for name in ("messages", "metadata"):
-            columns[name] = [msgspec.json.encode(v).decode() for v in columns[name]]
+        columns = as_columns(rows, _INSERTED, json=("messages", "metadata"), defaults=_OPTIONAL)
         result = await self.session.execute(_INSERT_CHUNKS, columns)
         return set(result.scalars().all())
 
