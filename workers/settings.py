@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
+from collections import Counter
 from typing import Any, cast
 
 import structlog
@@ -22,6 +24,7 @@ from app.domain.pipeline.services import PipelineDeps
 from app.domain.pipeline.wakeups import SCOPE_JOB
 from app.domain.search.graph import keep_indexing
 from app.domain.shadows.services import LiveFeeder
+from app.domain.system.services import WorkerBeat, beat, forget
 from app.embeddings import embedder_from_settings
 from app.lib import metrics
 from app.lib.logging import configure_logging
@@ -30,8 +33,14 @@ from app.writers.registry import WriterRegistry
 
 log = structlog.get_logger("workers")
 
-HEARTBEAT_KEY = "memstore:workers:{name}"
-HEARTBEAT_TTL_S = 30
+_STARTED_AT = time.time()  # the process's start, as its heartbeat reports it
+
+# The jobs a heartbeat reports as running, by the name of their coroutine.
+_JOB_NAMES = {
+    process_scope_job.__name__: SCOPE_JOB,
+    seal_audit_job.__name__: "seal_audit",
+    sweep_job.__name__: "sweep",
+}
 
 
 def worker_name() -> str:
@@ -91,7 +100,7 @@ async def shutdown(ctx: WorkerContext) -> None:
         indexer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await indexer
-    await ctx["redis"].delete(HEARTBEAT_KEY.format(name=ctx["worker_name"]))
+    await forget(ctx["redis"], ctx["worker_name"])
     await pipeline.aclose()
     await ctx["engine"].dispose()
     log.info("worker.stopped", worker=ctx["worker_name"])
@@ -106,8 +115,27 @@ async def on_job_end(ctx: WorkerContext) -> None:
 
 
 async def heartbeat(ctx: WorkerContext) -> None:
-    """Announce this worker in Redis (with a TTL), so operators and readiness checks can count workers."""
-    await ctx["redis"].set(HEARTBEAT_KEY.format(name=ctx["worker_name"]), "1", ex=HEARTBEAT_TTL_S)
+    """Announce this worker in Redis (with a TTL) with the jobs it is running, so `memstore status` and
+    `/metrics` can count workers. A cron job every 10 s: nothing on a chunk's path."""
+    running = Counter(
+        _JOB_NAMES[name]
+        for task in asyncio.all_tasks()
+        if (name := getattr(task.get_coro(), "__name__", None)) in _JOB_NAMES
+    )
+    host, _, pid = ctx["worker_name"].rpartition(":")
+    settings = ctx["settings"]
+    await beat(
+        ctx["redis"],
+        WorkerBeat(
+            name=ctx["worker_name"],
+            host=host,
+            pid=int(pid),
+            max_jobs=settings.worker_max_jobs + settings.shadow_max_jobs,
+            jobs_running=dict(running),
+            started_at=_STARTED_AT,
+            beat_at=time.time(),
+        ),
+    )
 
 
 # arq types a job's context as a plain dict; ours say what it holds (`WorkerContext`).

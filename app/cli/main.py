@@ -21,7 +21,7 @@ import structlog
 import typer
 
 from app.cli import eval as eval_cli
-from app.cli import history, references, search, shadows, transfer
+from app.cli import history, references, search, shadows, status, transfer
 from app.config import Settings, get_settings
 from app.lib.logging import configure_logging
 
@@ -352,6 +352,7 @@ history.register(cli)
 references.register(cli)
 search.register(cli)
 shadows.register(cli)
+status.register(cli)
 transfer.register(cli)
 
 

@@ -1,4 +1,5 @@
-"""Metrics read at scrape time from the sources of truth: the backlog in Postgres, the job queue in Redis."""
+"""Metrics read at scrape time from the sources of truth: the backlog, the review queue and the audit
+sealer in Postgres (one statement), the job queue and the workers' heartbeats in Redis."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.domain.shadows.repositories import ShadowBacklog, ShadowRepository
-from app.domain.system.repositories import Backlog, backlog
+from app.domain.system.repositories import Backlog, OperatorGauges, scrape_figures
+from app.domain.system.services import workers_alive
 from app.lib.queue import QUEUE_NAME, JobQueue
 
 log = structlog.get_logger(__name__)
@@ -22,11 +24,18 @@ class ScrapeCollector:
     """A one-shot collector holding values fetched just before rendering."""
 
     def __init__(
-        self, backlog: Backlog | None, redis_jobs: int | None, shadows: list[ShadowBacklog] | None = None
+        self,
+        backlog: Backlog | None,
+        redis_jobs: int | None,
+        shadows: list[ShadowBacklog] | None = None,
+        gauges: OperatorGauges | None = None,
+        workers: int | None = None,
     ) -> None:
         self.backlog = backlog
         self.redis_jobs = redis_jobs
         self.shadows = shadows or []
+        self.gauges = gauges
+        self.workers = workers
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(
@@ -61,26 +70,52 @@ class ScrapeCollector:
                 shadow_lag.add_metric([shadow.bank, shadow.writer], shadow.oldest_age_s)
             yield shadow_depth
             yield shadow_lag
+        if self.gauges is not None:
+            yield GaugeMetricFamily(
+                "memstore_reviews_waiting",
+                "Writer ops held in the review queue, waiting for a human (all tenants).",
+                value=self.gauges.reviews_waiting,
+            )
+            yield GaugeMetricFamily(
+                "memstore_review_oldest_age_seconds",
+                "Age of the oldest review waiting (0 when none).",
+                value=self.gauges.review_oldest_age_s,
+            )
+            yield GaugeMetricFamily(
+                "memstore_audit_unsealed_age_seconds",
+                "Age of the oldest audit event not yet sealed into its tenant's chain (0 when none).",
+                value=self.gauges.audit_unsealed_age_s,
+            )
         if self.redis_jobs is not None:
             yield GaugeMetricFamily(
                 "memstore_redis_queue_jobs", "Wake-up jobs waiting in the arq queue.", value=self.redis_jobs
             )
+        if self.workers is not None:
+            yield GaugeMetricFamily(
+                "memstore_workers_alive",
+                "Workers whose heartbeat in Redis is fresh (within its TTL).",
+                value=self.workers,
+            )
 
 
 async def scrape(sessionmaker: async_sessionmaker[AsyncSession], queue: JobQueue) -> ScrapeCollector:
-    """Fetch the backlog and queue length, each bounded so a slow dependency cannot stall the scrape."""
+    """Fetch the backlog, the operator's gauges, the queue length and the workers alive, each source
+    bounded so a slow dependency cannot stall the scrape."""
     found: Backlog | None = None
+    gauges: OperatorGauges | None = None
     shadows: list[ShadowBacklog] = []
     jobs: int | None = None
+    workers: int | None = None
     try:
         async with asyncio.timeout(2.0), sessionmaker() as session:
-            found = await backlog(session)
+            found, gauges = await scrape_figures(session)
             shadows = await ShadowRepository(session).backlog()
     except (SQLAlchemyError, OSError, TimeoutError) as exc:
         log.warning("metrics.backlog_unavailable", error=type(exc).__name__)
     try:
         async with asyncio.timeout(1.0):
             jobs = int(await queue.redis.zcard(QUEUE_NAME))
+            workers = await workers_alive(queue.redis)
     except (RedisError, OSError, TimeoutError):
         jobs = None
-    return ScrapeCollector(found, jobs, shadows)
+    return ScrapeCollector(found, jobs, shadows, gauges, workers)

@@ -1,0 +1,274 @@
+"""The schema can be distributed by tenant: every key holds `tenant_id`, or is a known exception.
+
+Past one Postgres the path is Citus distributed by `tenant_id` (or a managed Postgres, which needs
+nothing here). Citus enforces a primary key, a unique constraint or index, or an exclusion constraint
+of a distributed table only if it contains the distribution column, and a foreign key between two
+distributed tables only if both sides pair it (the tables are then co-located, the row and its
+referent on one node). So every such key of the migrated schema must contain `tenant_id` — or its
+table is a *reference table* (small, replicated to every node), or the key is listed below as a known
+exception with what would fix it. A new table or key that fits none of these fails here, and an
+exception that was fixed fails too until it is taken off the list.
+
+Functions that change rows of several tenants in one statement cannot be judged from the catalog;
+every SECURITY DEFINER function (the only way the service reaches past its tenants) is listed with
+what it does across tenants, so a new one is looked at before it ships.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+DISTRIBUTION_COLUMN = "tenant_id"
+
+# Tables replicated to every node rather than distributed, and why each may be.
+REFERENCE_TABLES = {
+    "tenants": "the tenants themselves: one row each, read by every statement's policy",
+    "api_keys": (
+        "found by key hash before the tenant is known (memstore_key_tenant); a few rows per tenant, "
+        "written only when a key is made, rotated or revoked"
+    ),
+    "embedding_config": "one row for the whole store (CHECK id = 1): the embedder of the vectors",
+    "alembic_version": "Alembic's bookkeeping, one row; stays on the coordinator",
+}
+
+
+@dataclass(frozen=True)
+class Exemption:
+    """A key of a distributed table without `tenant_id`: why it is so, and the DDL that fixes it
+    (after the fixes listed before it)."""
+
+    reason: str
+    fix: str
+
+
+# Keys of distributed tables that lack `tenant_id` today, each with the DDL that fixes it; run in this
+# order, the fixes clear the list (`test_the_listed_fixes_clear_every_exception`). A primary key on a
+# random id (uuid, or a bigint identity) is unique across tenants anyway; the fix puts the tenant in
+# it, and any `ON CONFLICT (id)` of the code that relies on the old key moves to `(tenant_id, id)`.
+KNOWN_EXCEPTIONS: dict[str, Exemption] = {
+    "pk_audit_events": Exemption(
+        "bigint identity key; the chain is (tenant_id, seq)",
+        "ALTER TABLE audit_events DROP CONSTRAINT pk_audit_events, "
+        "ADD CONSTRAINT pk_audit_events PRIMARY KEY (tenant_id, id)",
+    ),
+    "pk_changesets": Exemption(
+        "uuid key; writer_views refers to it",
+        "ALTER TABLE writer_views DROP CONSTRAINT IF EXISTS fk_writer_views_changeset_id_changesets; "
+        "ALTER TABLE changesets DROP CONSTRAINT pk_changesets, "
+        "ADD CONSTRAINT pk_changesets PRIMARY KEY (tenant_id, id)",
+    ),
+    "uq_changesets_writer_chunk": Exemption(
+        "one writer changeset per chunk; chunk ids are the tenant's",
+        "DROP INDEX uq_changesets_writer_chunk; CREATE UNIQUE INDEX uq_changesets_writer_chunk "
+        "ON changesets (tenant_id, chunk_id) WHERE kind = 'writer'",
+    ),
+    "pk_chunks": Exemption(
+        "uuid key; transfer imports ON CONFLICT (id)",
+        "ALTER TABLE chunks DROP CONSTRAINT pk_chunks, ADD CONSTRAINT pk_chunks PRIMARY KEY (tenant_id, id)",
+    ),
+    "pk_memories": Exemption(
+        "uuid key; transfer's upsert is ON CONFLICT (id), re-embedding walks ids across tenants",
+        "ALTER TABLE memories DROP CONSTRAINT pk_memories, "
+        "ADD CONSTRAINT pk_memories PRIMARY KEY (tenant_id, id)",
+    ),
+    "pk_memory_versions": Exemption(
+        "bigint identity key",
+        "ALTER TABLE memory_versions DROP CONSTRAINT pk_memory_versions, "
+        "ADD CONSTRAINT pk_memory_versions PRIMARY KEY (tenant_id, id)",
+    ),
+    "uq_memory_versions_memory_version": Exemption(
+        "one row per version of a memory; memory ids are the tenant's",
+        "DROP INDEX uq_memory_versions_memory_version; CREATE UNIQUE INDEX "
+        "uq_memory_versions_memory_version ON memory_versions (tenant_id, memory_id, version)",
+    ),
+    "pk_reviews": Exemption(
+        "uuid key",
+        "ALTER TABLE reviews DROP CONSTRAINT pk_reviews, "
+        "ADD CONSTRAINT pk_reviews PRIMARY KEY (tenant_id, id)",
+    ),
+    "pk_writer_views": Exemption(
+        "one row per changeset, keyed by it",
+        "ALTER TABLE writer_views DROP CONSTRAINT pk_writer_views, "
+        "ADD CONSTRAINT pk_writer_views PRIMARY KEY (tenant_id, changeset_id)",
+    ),
+    "fk_writer_views_changeset_id_changesets": Exemption(
+        "refers to changesets by id alone (not co-located)",
+        "ALTER TABLE writer_views DROP CONSTRAINT IF EXISTS fk_writer_views_changeset_id_changesets, "
+        "ADD CONSTRAINT fk_writer_views_changeset_id_changesets "
+        "FOREIGN KEY (tenant_id, changeset_id) REFERENCES changesets (tenant_id, id) ON DELETE CASCADE",
+    ),
+}
+
+# Every SECURITY DEFINER function, by what it does across tenants (docs/operations.md, "Scaling").
+CROSS_TENANT_FUNCTIONS = {
+    "memstore_index_graph": "UPDATEs memories of every tenant (or of all wanted scopes) in one statement",
+    "memstore_purge_user": "deletes one user of one tenant: one tenant per call",
+    "memstore_key_tenant": "reads api_keys by key hash (a reference table)",
+    "memstore_visible_tenants": "reads tenants (a reference table)",
+    "memstore_stranded_scopes": "reads chunks of every tenant (the sweeper)",
+    "memstore_unsealed_audit_tenants": "reads audit_events of every tenant (the sealer)",
+    "memstore_backlog": "reads chunks of every tenant (/metrics)",
+    "memstore_shadow_backlog": "reads chunks of every shadow bank (/metrics)",
+    "memstore_operator_status": "reads chunks, reviews, audit_events of every tenant, one probe each",
+    "memstore_failed_chunks": "reads failed chunks of every tenant, one probe each",
+    "memstore_writer_stats": "reads changesets joined to chunks by chunk id alone, every tenant",
+    "memstore_operator_gauges": "reads reviews and audit_events of every tenant",
+}
+
+# Keys (constraints, and unique indexes that back none) of the public schema's tables, with their
+# columns in order; expressions in an index's key show as NULL.
+KEYS = """
+WITH tables AS (
+    SELECT c.oid, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')
+)
+SELECT t.relname AS table_name, con.conname AS name, con.contype::text AS kind,
+       ARRAY(SELECT a.attname::text FROM unnest(con.conkey) WITH ORDINALITY k(num, pos)
+             JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.num ORDER BY k.pos) AS columns,
+       ref.relname AS ref_table,
+       ARRAY(SELECT a.attname::text FROM unnest(con.confkey) WITH ORDINALITY k(num, pos)
+             JOIN pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.num ORDER BY k.pos)
+           AS ref_columns,
+       pg_get_constraintdef(con.oid) AS definition
+FROM pg_constraint con JOIN tables t ON t.oid = con.conrelid
+LEFT JOIN pg_class ref ON ref.oid = con.confrelid
+WHERE con.contype IN ('p', 'u', 'f', 'x')
+UNION ALL
+SELECT t.relname, ix.relname, 'i',
+       ARRAY(SELECT a.attname::text FROM unnest(i.indkey[0:i.indnkeyatts - 1]) WITH ORDINALITY k(num, pos)
+             LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.num ORDER BY k.pos),
+       NULL, '{}', pg_get_indexdef(i.indexrelid)
+FROM pg_index i JOIN tables t ON t.oid = i.indrelid JOIN pg_class ix ON ix.oid = i.indexrelid
+WHERE i.indisunique
+  AND NOT EXISTS (
+      SELECT FROM pg_constraint c WHERE c.conindid = i.indexrelid AND c.contype IN ('p', 'u', 'x'))
+ORDER BY 1, 2
+"""
+
+TABLES = """
+SELECT c.relname AS table_name,
+       EXISTS (SELECT FROM pg_attribute a
+               WHERE a.attrelid = c.oid AND a.attname = $1 AND a.attnum > 0 AND NOT a.attisdropped)
+           AS has_tenant
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')
+ORDER BY 1
+"""
+
+
+async def distribution_findings(conn: asyncpg.Connection) -> dict[str, str]:
+    """What keeps the public schema from being distributed by `tenant_id`: the offending constraint or
+    index (or table) by name, with why. Reference tables are passed over; known exceptions are not."""
+    findings: dict[str, str] = {}
+    for row in await conn.fetch(TABLES, DISTRIBUTION_COLUMN):
+        if row["table_name"] not in REFERENCE_TABLES and not row["has_tenant"]:
+            findings[row["table_name"]] = f"table {row['table_name']} has no {DISTRIBUTION_COLUMN} column"
+    for key in await conn.fetch(KEYS):
+        table, name, columns = key["table_name"], key["name"], key["columns"]
+        where = f"{table}.{name}: {key['definition']}"
+        if key["kind"] != "f":
+            if table not in REFERENCE_TABLES and DISTRIBUTION_COLUMN not in columns:
+                findings[name] = f"{where} — a key of a distributed table without {DISTRIBUTION_COLUMN}"
+            continue
+        ref_table = key["ref_table"]
+        if ref_table in REFERENCE_TABLES:
+            continue  # a reference table is on every node: any table may refer to it
+        if table in REFERENCE_TABLES:
+            findings[name] = f"{where} — a reference table refers to a distributed one"
+        elif DISTRIBUTION_COLUMN not in columns or (
+            key["ref_columns"][columns.index(DISTRIBUTION_COLUMN)] != DISTRIBUTION_COLUMN
+        ):
+            findings[name] = f"{where} — not co-located: {DISTRIBUTION_COLUMN} is not paired on both sides"
+    return findings
+
+
+@pytest.fixture
+async def owner(owner_database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to the test's migrated database as the tables' owner."""
+    url = make_url(owner_database_url)
+    conn = await asyncpg.connect(
+        user=url.username, host=url.query.get("host") or url.host, port=url.port, database=url.database
+    )
+    yield conn
+    await conn.close()
+
+
+async def test_every_key_holds_the_tenant_or_is_a_known_exception(owner: asyncpg.Connection) -> None:
+    findings = await distribution_findings(owner)
+    unknown = {name: why for name, why in findings.items() if name not in KNOWN_EXCEPTIONS}
+    assert not unknown, "keys that would keep the schema from being distributed by tenant:\n" + "\n".join(
+        unknown.values()
+    )
+    fixed = sorted(set(KNOWN_EXCEPTIONS) - set(findings))
+    assert not fixed, f"no longer exceptions (fixed or gone): take them off KNOWN_EXCEPTIONS: {fixed}"
+
+
+async def test_the_listed_fixes_clear_every_exception(owner: asyncpg.Connection) -> None:
+    transaction = owner.transaction()
+    await transaction.start()
+    try:
+        for exemption in KNOWN_EXCEPTIONS.values():
+            await owner.execute(exemption.fix)
+        findings = await distribution_findings(owner)
+    finally:
+        await transaction.rollback()
+    assert findings == {}
+
+
+async def test_the_reference_tables_exist(owner: asyncpg.Connection) -> None:
+    tables = {row["table_name"] for row in await owner.fetch(TABLES, DISTRIBUTION_COLUMN)}
+    assert set(REFERENCE_TABLES) <= tables
+
+
+async def test_every_security_definer_function_is_listed(owner: asyncpg.Connection) -> None:
+    rows = await owner.fetch(
+        "SELECT DISTINCT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = 'public' AND p.prosecdef"
+    )
+    assert {row["proname"] for row in rows} == set(CROSS_TENANT_FUNCTIONS)
+
+
+async def test_a_new_table_keyed_without_the_tenant_is_flagged(owner: asyncpg.Connection) -> None:
+    transaction = owner.transaction()
+    await transaction.start()
+    try:
+        await owner.execute(
+            """
+            CREATE TABLE notes (
+                id uuid PRIMARY KEY,
+                tenant_id uuid NOT NULL REFERENCES tenants (id),
+                user_id varchar(200) NOT NULL,
+                memory_id uuid NOT NULL REFERENCES memories (id),
+                body text NOT NULL,
+                CONSTRAINT uq_notes_body UNIQUE (body),
+                CONSTRAINT fk_notes_scope FOREIGN KEY (tenant_id, user_id)
+                    REFERENCES scopes (tenant_id, user_id)
+            );
+            CREATE UNIQUE INDEX uq_notes_memory ON notes (memory_id);
+            CREATE UNIQUE INDEX uq_notes_tenant_memory ON notes (tenant_id, memory_id);
+            CREATE TABLE tags (name text PRIMARY KEY);
+            """
+        )
+        findings = await distribution_findings(owner)
+    finally:
+        await transaction.rollback()
+
+    new = set(findings) - set(KNOWN_EXCEPTIONS)
+    # Flagged: the key on id alone, the unique text, the unique index without the tenant, the reference
+    # to a memory by id alone, and a table with no tenant at all. Passed: the reference to a tenant
+    # (a reference table), the co-located reference to the scope, the index led by the tenant.
+    assert new == {
+        "notes_pkey",
+        "uq_notes_body",
+        "uq_notes_memory",
+        "notes_memory_id_fkey",
+        "tags",
+        "tags_pkey",
+    }
+    assert "not co-located" in findings["notes_memory_id_fkey"]
+    assert await owner.fetchval("SELECT to_regclass('notes')") is None
