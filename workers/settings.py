@@ -26,7 +26,7 @@ from app.domain.search.graph import keep_indexing
 from app.domain.shadows.services import LiveFeeder
 from app.domain.system.services import WorkerBeat, beat, forget
 from app.embeddings import embedder_from_settings
-from app.lib import metrics
+from app.lib import metrics, tracing
 from app.lib.logging import configure_logging
 from app.lib.queue import QUEUE_NAME, redis_settings
 from app.writers.registry import WriterRegistry
@@ -60,6 +60,7 @@ async def startup(ctx: WorkerContext) -> None:
     """Open the shared clients one worker process uses for all its jobs."""
     settings: Settings = ctx.get("settings") or get_settings()
     configure_logging(settings.log_level, settings.log_format, process="worker")
+    tracing.configure("worker")  # off unless OTEL_TRACES_EXPORTER asks (app/lib/tracing.py)
     ctx["settings"] = settings
     ctx["engine"] = create_engine(
         settings, application_name="memstore-worker", pre_ping=False, overflow=False

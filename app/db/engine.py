@@ -23,6 +23,7 @@ from sqlalchemy.exc import ArgumentError, DisconnectionError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from app.db import tenancy
+from app.lib import tracing
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -188,6 +189,7 @@ def create_engine(
     )
     # Each checkout carries the tenants of the work in progress to Postgres's row-level security.
     tenancy.install(engine)
+    tracing.instrument_engine(engine)  # with tracing on: each statement a span of the trace it serves
     if pre_ping:  # after the tenants' listener: a connection it just used needs no ping
         event.listen(engine.sync_engine, "connect", _alive)
         event.listen(engine.sync_engine, "checkin", _alive)

@@ -11,6 +11,8 @@ from typing import Any
 import msgspec
 import structlog
 
+from app.lib import tracing
+
 # Keys whose values must never reach a log line, wherever they appear in an event.
 _SECRET_KEYS = frozenset(
     {"authorization", "api_key", "key", "admin_key", "password", "secret", "token", "writer_api_key"}
@@ -58,6 +60,13 @@ def redact_secrets(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mut
     return event_dict
 
 
+def _trace_ids(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """With tracing on, the line's `trace_id` and `span_id` (a log line found, its trace is too)."""
+    if tracing.ENABLED:
+        event_dict.update(tracing.current_ids())
+    return event_dict
+
+
 def configure_logging(level: str = "INFO", fmt: str = "auto", process: str | None = None) -> None:
     """Configure structlog and route stdlib logging (uvicorn, arq, alembic) through the same renderer."""
     json_output = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
@@ -66,6 +75,7 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", process: str | Non
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _trace_ids,
     ]
     if process:
         structlog.contextvars.bind_contextvars(process=process)

@@ -22,6 +22,7 @@ from app.domain.search.controllers import SearchController
 from app.domain.shadows.controllers import ShadowController
 from app.domain.system.controllers import SystemController
 from app.domain.transfer.controllers import TransferController
+from app.lib import tracing
 from app.lib.errors import EXCEPTION_HANDLERS
 from app.lib.logging import configure_logging
 from app.lib.ratelimit import Limit
@@ -65,6 +66,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     default_limit = Limit(settings.rate_limit_per_s, settings.rate_limit_burst)
     if configure_logs:
         configure_logging(settings.log_level, settings.log_format, process="api")
+    tracing.configure("api")  # off unless OTEL_TRACES_EXPORTER asks (app/lib/tracing.py)
 
     resolve_dependencies_in_order()
     allowed: dict[str, bytes] = {}  # filled once the routes exist
@@ -74,6 +76,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         lifespan=[services_lifespan(settings, default_limit)],
         dependencies=DEPENDENCIES,
         middleware=[
+            *tracing.server_middleware(),  # the request's span, around everything else
             request_context_middleware,
             RequestInputGuard(settings.max_body_bytes),
             DefineMiddleware(ApiKeyAuthenticationMiddleware, exclude=PUBLIC_PATHS),

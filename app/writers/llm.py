@@ -86,6 +86,7 @@ class LLMWriter:
                 extra_body=_merge(model_extra_body(spec.model), spec.extra_body),
             ),
             writer=name,
+            profile=self.profile,
         )
 
     @property

@@ -27,11 +27,12 @@ import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
 
-from app.lib import metrics
+from app.lib import metrics, tracing
 from app.lib.http import RETRY_STATUSES, Endpoint, RetryPolicy
 from app.writers.base import WriterError, storable_text
 
@@ -125,9 +126,12 @@ class TransportError(WriterError):
 class ChatTransport:
     """Chat completions against one endpoint; safe to share between concurrent jobs of a process."""
 
-    def __init__(self, config: TransportConfig, *, writer: str = "", metered: bool = True) -> None:
+    def __init__(
+        self, config: TransportConfig, *, writer: str = "", metered: bool = True, profile: str | None = None
+    ) -> None:
         self.config = config
         self.writer = writer or config.model
+        self.profile = profile  # the protocol spoken, named on the call's span
         self.metered = metered  # counted in the writer metrics (a writer's calls are; the reader's not)
         self.endpoint = Endpoint(
             config.base_url,
@@ -205,7 +209,7 @@ class ChatTransport:
             detail=detail,
         )
 
-    async def complete(  # noqa: PLR0915 (one retry loop: each way a request can end is a branch)
+    async def complete(
         self,
         messages: list[dict[str, str]],
         *,
@@ -215,7 +219,44 @@ class ChatTransport:
         schema_name: str = "memory_ops",
     ) -> Completion:
         """The model's answer to `messages`, asked in `form` (the protocol's response_format; the
-        writer's setting overrides it unless `auto`); raises `TransportError` once retries are spent."""
+        writer's setting overrides it unless `auto`); raises `TransportError` once retries are spent.
+        With tracing on, the call is a GenAI client span (`chat {model}`)."""
+        if not tracing.ENABLED:
+            return await self._complete(messages, max_tokens, form, schema, schema_name)
+        with tracing.span(
+            f"chat {self.config.model}", self._request_attributes(messages), kind="CLIENT"
+        ) as span:
+            try:
+                completion = await self._complete(messages, max_tokens, form, schema, schema_name)
+            except Exception as exc:
+                tracing.fail(span, exc)
+                raise
+            if span is not None:
+                span.set_attributes(_response_attributes(completion))
+            return completion
+
+    def _request_attributes(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",  # the API spoken: vLLM and the others serve OpenAI's
+            "gen_ai.request.model": self.config.model,
+            "gen_ai.request.temperature": self.config.temperature,
+            "server.address": urlsplit(self.config.base_url).hostname,
+            "memstore.writer": self.writer,
+            "memstore.writer.profile": self.profile,
+        }
+        if tracing.CAPTURE_CONTENT:
+            attributes["gen_ai.input.messages"] = json.dumps(messages, ensure_ascii=False)
+        return attributes
+
+    async def _complete(
+        self,
+        messages: list[dict[str, str]],
+        max_tokens: int,
+        form: Structure,
+        schema: dict[str, Any] | None,
+        schema_name: str,
+    ) -> Completion:
         started = time.perf_counter()
         attempt = 0
         clamped = False
@@ -275,6 +316,19 @@ class ChatTransport:
                     "writer.request_retry", writer=self.writer, attempt=attempt, wait_s=wait, reason=detail
                 )
                 await asyncio.sleep(wait)
+
+
+def _response_attributes(completion: Completion) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "gen_ai.response.model": completion.model,
+        "gen_ai.usage.input_tokens": completion.prompt_tokens,
+        "gen_ai.usage.output_tokens": completion.completion_tokens,
+        "gen_ai.response.finish_reasons": [completion.finish_reason] if completion.finish_reason else None,
+        "memstore.writer.attempts": completion.attempts,
+    }
+    if tracing.CAPTURE_CONTENT:
+        attributes["gen_ai.output.messages"] = completion.text
+    return attributes
 
 
 def _completion(body: str, latency_s: float, attempts: int) -> Completion:

@@ -78,3 +78,6 @@ class Chunk(Base):
     received_at: Mapped[datetime] = timestamp_column()
     applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = timestamp_column()
+    # The W3C `traceparent` of the request that posted it, when tracing is on (`app.lib.tracing`): the
+    # worker continues that trace.
+    trace_parent: Mapped[str | None] = mapped_column(String(128))

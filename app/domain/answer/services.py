@@ -19,6 +19,7 @@ from app.domain.answer.reader import ChatModel, ChatModelError, Completion
 from app.domain.answer.repositories import AnswerRepository, VersionSource
 from app.domain.search.repositories import Hit
 from app.domain.search.services import Searcher, SearchQuery
+from app.lib import tracing
 from app.lib.errors import Unavailable
 
 DEFAULT_TOP_K = 10
@@ -97,6 +98,7 @@ def _dated(hit: Hit) -> str:
     return f"[{when.day} {when:%B %Y}] {hit.content}" if when is not None else hit.content
 
 
+@tracing.operation("answer question")
 async def answer_question(
     sessionmaker: async_sessionmaker[AsyncSession],
     searcher: Searcher,

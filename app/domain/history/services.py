@@ -38,6 +38,7 @@ from app.domain.memories.version_writer import Restoration, VersionWriter
 from app.domain.pipeline.locks import scope_lock_key
 from app.domain.shadows.services import banks as shadow_banks
 from app.embeddings import Embedder
+from app.lib import tracing
 from app.lib.errors import (
     AlreadyReverted,
     MemoryChanged,
@@ -221,6 +222,7 @@ async def write_undo(
 # --- rollback ------------------------------------------------------------------------------------
 
 
+@tracing.operation("rollback memory", memory_operation="update_memory")
 async def rollback_memory(
     session: AsyncSession,
     tenant_id: uuid.UUID,
@@ -275,6 +277,7 @@ async def rollback_memory(
 # --- revert --------------------------------------------------------------------------------------
 
 
+@tracing.operation("revert changeset", memory_operation="update_memory")
 async def revert_changeset(
     session: AsyncSession,
     tenant_id: uuid.UUID,
@@ -305,6 +308,7 @@ async def revert_changeset(
     return await _embedding_outside_locks(session, embedder, attempt)
 
 
+@tracing.operation("bulk revert", memory_operation="update_memory")
 async def bulk_revert(
     session: AsyncSession,
     tenant_id: uuid.UUID,
@@ -422,6 +426,7 @@ async def _revert_changesets(
 # --- restore -------------------------------------------------------------------------------------
 
 
+@tracing.operation("restore user", memory_operation="update_memory")
 async def restore_user(
     session: AsyncSession,
     tenant_id: uuid.UUID,
@@ -461,6 +466,7 @@ async def restore_user(
 # --- purge, reads ------------------------------------------------------------------------
 
 
+@tracing.operation("purge user", memory_operation="delete_memory")
 async def purge_user(
     session: AsyncSession, tenant_id: uuid.UUID, user_id: str, *, who: Actor, dry_run: bool = False
 ) -> dict[str, int]:

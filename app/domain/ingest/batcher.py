@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import msgspec
 import structlog
@@ -45,7 +46,7 @@ from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
 from app.domain.ingest.schemas import ChunkIn
 from app.domain.ingest.services import Accepted, body_hash, wake_ups
 from app.domain.pipeline.repositories import PipelineRepository
-from app.lib import metrics
+from app.lib import metrics, tracing
 from app.lib.errors import (
     ApiError,
     ConflictError,
@@ -61,6 +62,9 @@ from app.lib.queue import JobQueue
 from app.lib.ratelimit import NO_LIMIT, Limit, RateLimiter
 from app.lib.validation import encode_moment
 
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
 log = structlog.get_logger(__name__)
 
 
@@ -71,6 +75,10 @@ class _Request:
     request_id: str | None
     future: asyncio.Future[list[Accepted]]
     hashes: list[str] = field(default_factory=list)
+    # The request's trace (None when tracing is off): its chunks carry its `traceparent` to the workers,
+    # and the group commit and the enqueue are recorded in it.
+    trace: Context | None = None
+    trace_parent: str | None = None
 
 
 @dataclass
@@ -127,7 +135,11 @@ class IngestBatcher:
         if lane.pending_chunks + len(chunks) > self.max_pending:
             metrics.INGEST_REJECTED.labels("overloaded").inc()
             raise Overloaded("Too many chunks are waiting to be stored; retry shortly.")
-        lane.pending.append(_Request(principal, chunks, request_id, future))
+        request = _Request(principal, chunks, request_id, future)
+        if tracing.ENABLED:
+            request.trace = tracing.current_context()
+            request.trace_parent = tracing.traceparent()
+        lane.pending.append(request)
         lane.pending_chunks += len(chunks)
         lane.ready.set()
         return await future
@@ -171,7 +183,7 @@ class IngestBatcher:
             batch = await self._within_user_limits(self._take(lane))
             if not batch:
                 continue
-            started = time.perf_counter()
+            started, started_ns = time.perf_counter(), tracing.now_ns()
             try:
                 jobs = await self._write_with_retry(batch)
             except Exception as exc:  # noqa: BLE001  (every waiting request gets an answer, none hangs)
@@ -179,11 +191,14 @@ class IngestBatcher:
             log.debug(
                 "ingest.batch", requests=len(batch), ms=round((time.perf_counter() - started) * 1000, 1)
             )
+            committed_ns = tracing.now_ns()
             try:
                 await self.queue.enqueue_many(jobs)
             except Exception:  # this loop must outlive any fault: requests wait on it
                 # The chunks are committed; the sweeper wakes their scopes if no job reaches Redis.
                 log.exception("ingest.enqueue_failed", jobs=len(jobs))
+            if tracing.ENABLED:
+                _traced(batch, started_ns, committed_ns, jobs=len(jobs))
 
     async def _within_user_limits(self, batch: list[_Request]) -> list[_Request]:
         """The requests whose users are within their chunk rate: one Redis round trip for the batch
@@ -313,6 +328,7 @@ class IngestBatcher:
                             "idempotency_key": key,
                             "body_hash": request.hashes[i],
                             "writer": chunk.writer,
+                            "trace_parent": request.trace_parent,
                         }
                     )
                     plan[i] = Accepted(chunk_id, seq, "queued", chunk.user_id, replayed=False)
@@ -423,6 +439,22 @@ class IngestBatcher:
                 except ConflictError as exc:
                     # The other process's body differs: the request fails whole (`_Redo` in `_write`).
                     _fail_request(request, exc)
+
+
+def _traced(batch: list[_Request], started_ns: int, committed_ns: int, *, jobs: int) -> None:
+    """The group commit and the enqueue, one piece of work for many requests, recorded in each
+    request's trace once done (a span has one parent)."""
+    chunks = sum(len(r.chunks) for r in batch)
+    for request in batch:
+        if request.trace is None:
+            continue
+        shared = {"memstore.batch.requests": len(batch), "memstore.batch.chunks": chunks}
+        tracing.record(
+            "ingest group commit", started_ns, shared, ended_ns=committed_ns, context=request.trace
+        )
+        tracing.record(
+            "ingest enqueue", committed_ns, {**shared, "memstore.jobs": jobs}, context=request.trace
+        )
 
 
 class _Pending(Accepted):

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
@@ -33,8 +34,11 @@ from app.domain.audit.services import event_row
 from app.domain.memories.services import ApplyOutcome, ApplyRequest, Vectors, apply_many
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.domain.provenance.repositories import WriterViewRepository
-from app.lib import metrics
+from app.lib import metrics, tracing
 from app.lib.errors import is_db_outage
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +64,8 @@ class _Waiting:
     done: asyncio.Future[ApplyOutcome | None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    # The chunk's trace (tracing on): the group commit is recorded in it once done.
+    trace: Context | None = field(default_factory=tracing.current_context)
 
 
 class Applier:
@@ -83,7 +89,8 @@ class Applier:
         waiting = _Waiting(result)
         self._waiting.append(waiting)
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush())
+            # In a context of its own: the batch is no one job's (its log lines, its trace's spans).
+            self._flusher = asyncio.create_task(self._flush(), context=contextvars.Context())
         try:
             return await asyncio.shield(waiting.done)
         except asyncio.CancelledError:
@@ -114,6 +121,7 @@ class Applier:
     async def _apply_batch(self, batch: list[_Waiting]) -> None:
         """Commit `batch` together; if that fails for a reason of its own, each result alone."""
         metrics.APPLY_BATCH.observe(len(batch))
+        started_ns = tracing.now_ns()
         try:
             outcomes = await self._commit([w.result for w in batch])
         except Exception as exc:  # noqa: BLE001  (each result gets its own chance, or its own error)
@@ -132,6 +140,10 @@ class Applier:
         else:
             for waiting, outcome in zip(batch, outcomes, strict=True):
                 _settle(waiting, outcome)
+            if tracing.ENABLED:
+                for waiting in batch:  # the commit, one piece of work for many chunks, in each one's trace
+                    attributes = {"memstore.batch.chunks": len(batch)}
+                    tracing.record("apply group commit", started_ns, attributes, context=waiting.trace)
 
     async def _commit(self, results: list[Result]) -> list[ApplyOutcome | None]:
         # The batch's tenants, and theirs alone (`app.db.tenancy`), whichever job started this flusher.

@@ -60,6 +60,7 @@ _ROW = (
     _c.attempts,
     _c.available_at,
     _c.received_at,
+    _c.trace_parent,
 )
 
 # The backend holding the scope's advisory lock is still the one that took it (see `locks`). Checked
@@ -192,9 +193,9 @@ SOURCE_PREFIX = "src:"  # written out in the statements below
 _FEED = text(
     """
     INSERT INTO chunks (id, tenant_id, user_id, agent_id, run_id, seq, messages, metadata,
-                        idempotency_key, body_hash, writer, received_at)
+                        idempotency_key, body_hash, writer, received_at, trace_parent)
     SELECT gen_random_uuid(), :p_bank, c.user_id, c.agent_id, c.run_id, c.seq, c.messages, c.metadata,
-           'src:' || c.id::text, c.body_hash, :p_writer, c.received_at
+           'src:' || c.id::text, c.body_hash, :p_writer, c.received_at, c.trace_parent
     FROM chunks c
     WHERE c.tenant_id = :p_source
       AND (CAST(:p_user AS text) IS NULL OR c.user_id = :p_user)
@@ -250,6 +251,7 @@ class ChunkRow:
     attempts: int
     available_at: datetime
     received_at: datetime
+    trace_parent: str | None = None  # the trace its processing continues (`app.lib.tracing`)
 
 
 @dataclass(frozen=True)
@@ -277,6 +279,7 @@ _INSERTED = (
     "idempotency_key",
     "body_hash",
     "writer",
+    "trace_parent",
 )
 # What a row may leave out (the rest it must give).
 _OPTIONAL: dict[str, Any] = {
@@ -285,18 +288,19 @@ _OPTIONAL: dict[str, Any] = {
     "metadata": {},
     "idempotency_key": None,
     "writer": None,
+    "trace_parent": None,
 }
 _INSERT_CHUNKS = text(
     """INSERT INTO chunks (id, tenant_id, user_id, agent_id, run_id, seq, messages, metadata,
-                        idempotency_key, body_hash, writer)
+                        idempotency_key, body_hash, writer, trace_parent)
     SELECT id, tenant_id, user_id, agent_id, run_id, seq, messages::jsonb, metadata::jsonb,
-           idempotency_key, body_hash, writer
+           idempotency_key, body_hash, writer, trace_parent
     FROM unnest(CAST(:id AS uuid[]), CAST(:tenant_id AS uuid[]), CAST(:user_id AS text[]),
                 CAST(:agent_id AS text[]), CAST(:run_id AS text[]), CAST(:seq AS bigint[]),
                 CAST(:messages AS text[]), CAST(:metadata AS text[]), CAST(:idempotency_key AS text[]),
-                CAST(:body_hash AS text[]), CAST(:writer AS text[]))
+                CAST(:body_hash AS text[]), CAST(:writer AS text[]), CAST(:trace_parent AS text[]))
         AS c(id, tenant_id, user_id, agent_id, run_id, seq, messages, metadata, idempotency_key,
-             body_hash, writer)
+             body_hash, writer, trace_parent)
     ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
     """

@@ -19,6 +19,7 @@ from app.domain.audit.services import Actor, record_event
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
 from app.domain.reviews.repositories import ReviewRepository
 from app.embeddings import Embedder
+from app.lib import tracing
 from app.lib.errors import MemoryChanged, NotFoundError, ReviewDecided
 from app.writers.base import Op, OpKind
 
@@ -50,6 +51,7 @@ def _op(review: Review) -> Op:
     )
 
 
+@tracing.operation("approve review", memory_operation="update_memory")
 async def approve(
     session: AsyncSession,
     tenant_id: uuid.UUID,
@@ -111,6 +113,7 @@ async def approve(
     return review
 
 
+@tracing.operation("reject review")
 async def reject(session: AsyncSession, tenant_id: uuid.UUID, review_id: uuid.UUID, *, who: Actor) -> Review:
     """Record that the held op is not to be applied; no memory changes."""
     review = await _pending(session, tenant_id, review_id)

@@ -37,6 +37,7 @@ from app.domain.search.repositories import Hit, SearchRepository, Source
 from app.domain.search.schemas import SearchMode
 from app.embeddings import Embedder
 from app.embeddings.openai import EmbeddingError
+from app.lib import tracing
 from app.lib.errors import AsOfTooBroad, EmbedderMismatch, InvalidField, Unavailable
 
 log = structlog.get_logger(__name__)
@@ -98,6 +99,7 @@ class Searcher:
     # and when (monotonic clock)
     _graph_wanted: dict[tuple[uuid.UUID, str | None], float] = field(default_factory=dict)
 
+    @tracing.operation("search_memory", memory_operation="search_memory")
     async def search(self, session: AsyncSession, tenant_id: uuid.UUID, query: SearchQuery) -> list[Hit]:
         """The best `top_k` memories for `query`, best first."""
         if query.user_id is None and not query.all_users:

@@ -90,7 +90,7 @@ async def drain(
 
     async def one(user_id: str) -> datetime | None:
         async with slots:
-            return (await process_scope(deps, target.id, user_id)).retry_at
+            return (await process_scope(deps, target.id, user_id, linked=True)).retry_at
 
     while True:
         users = await waiting_users(deps.engine, target.id)

@@ -59,4 +59,4 @@ async def test_upgrade_downgrade_upgrade_and_check(servers: Servers) -> None:
 
 
 def test_single_head() -> None:
-    assert migrate.head_revision() == "0013"
+    assert migrate.head_revision() == "0014"

@@ -14,6 +14,7 @@ from app.domain.memories.services.guards import storable
 from app.domain.memories.services.reads import get_memory
 from app.domain.memories.services.requests import ApplyLimits, Provenance, Shown, Vectors
 from app.embeddings import Embedder
+from app.lib import tracing
 from app.lib.errors import InvalidField, MemoryChanged, MemoryNotActive
 from app.writers.base import Op, OpKind
 
@@ -55,6 +56,7 @@ async def edit_memory(
     )
 
 
+@tracing.operation("delete_memory", memory_operation="delete_memory")
 async def delete_memory(
     session: AsyncSession,
     tenant_id: uuid.UUID,

@@ -5,17 +5,20 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.tenancy import tenant_scope
-from app.domain.memories.services import ApplyRequest, Provenance, embed_ops
+from app.domain.memories.services import ApplyOutcome, ApplyRequest, Provenance, embed_ops
 from app.domain.pipeline.applier import ApplyInterruptedError, Result
 from app.domain.pipeline.locks import Lease, scope_lock_key
 from app.domain.pipeline.repositories import ChunkRow, Claim, PipelineRepository
@@ -29,9 +32,12 @@ from app.domain.pipeline.services.failures import (
     outage,
 )
 from app.domain.pipeline.services.writer_view import WriterView, memory_at, writer_view
-from app.lib import metrics
+from app.lib import metrics, tracing
 from app.lib.errors import is_db_outage
 from app.writers.base import Writer, WriteRequest, WriterError, WriteResult
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 log = structlog.get_logger("app.domain.pipeline.services")
 
@@ -52,6 +58,9 @@ class ScopeRun:
     # The seq of the chunk claimed last under the current lease: the next claim reads on from there
     # (`PipelineRepository.claim_next`).
     claimed_seq: int | None = None
+    # The chunks are copies (a shadow bank's, a replay's): their processing is a trace of its own,
+    # linked to the chunk's (`app.lib.tracing`), instead of continuing it.
+    linked: bool = False
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -89,7 +98,7 @@ async def _take_up_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str)
         if deps.shadow_slots.locked() or own.locked():
             return ScopeRun(no_shadow_slot=True, retry_at=datetime.now(UTC) + jittered(1.0))
         async with deps.shadow_slots, own:
-            return await process_scope(deps, tenant_id, user_id)
+            return await process_scope(deps, tenant_id, user_id, linked=True)
     fed: list[uuid.UUID] = []
     if deps.feeder is not None and (writers := deps.policy.shadow_writers(options)):
         try:
@@ -106,15 +115,16 @@ async def _take_up_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str)
     return run
 
 
-async def process_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
+async def process_scope(
+    deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, *, linked: bool = False
+) -> ScopeRun:
     """Drain a scope's ready chunks in order, unless another worker is already doing so (as the scope's
-    tenant: `app.db.tenancy`)."""
+    tenant: `app.db.tenancy`). `linked`: the chunks are copies of others (`ScopeRun.linked`)."""
     with tenant_scope([tenant_id]):
-        return await _drain(deps, tenant_id, user_id)
+        return await _drain(deps, tenant_id, user_id, ScopeRun(linked=linked))
 
 
-async def _drain(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
-    run = ScopeRun()
+async def _drain(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: ScopeRun) -> ScopeRun:
     key = scope_lock_key(tenant_id, user_id)
     while True:
         lease = await deps.locks.try_acquire(key)
@@ -153,6 +163,7 @@ async def _process_next(
     """
     view: WriterView | None = None
     failure: BaseException | None = None
+    started_ns = tracing.now_ns()
     async with AsyncSession(deps.reads, expire_on_commit=False) as session:
         claim = await PipelineRepository(session).claim_next(
             tenant_id, user_id, deps.settings.max_attempts, lease, from_seq=run.claimed_seq
@@ -166,23 +177,52 @@ async def _process_next(
     chunk = claim.claimed
     if chunk is None:  # the common case is an empty scope
         return await _nothing_claimed(deps, claim, run)
-    try:
-        if failure is not None:
-            raise failure
-        assert view is not None
-        return await _process_claimed(deps, chunk, run, view)
-    except asyncio.CancelledError:  # the worker is stopping: this attempt was not made
-        await give_back(deps, chunk)
-        raise
-    except Exception as exc:
-        if is_db_outage(exc) or isinstance(exc, ApplyInterruptedError):
-            await give_back(deps, chunk)  # if Postgres answers; the job is retried (`jobs`)
+    with _traced(chunk, run, started_ns) as span:
+        tracing.record("claim chunk", started_ns, {"memstore.chunk.id": str(chunk.id)})
+        try:
+            if failure is not None:
+                raise failure
+            assert view is not None
+            return await _process_claimed(deps, chunk, run, view)
+        except asyncio.CancelledError:  # the worker is stopping: this attempt was not made
+            await give_back(deps, chunk)
             raise
-        if isinstance(exc, OUTAGES) and getattr(exc, "transient", True):
-            return await outage(deps, chunk, run, exc)
-        # Anything else is this chunk's failed attempt: a poison chunk fails, alone, after its attempts.
-        log.exception("chunk.error", chunk_id=str(chunk.id), seq=chunk.seq)
-        return await failed_attempt(deps, chunk, run, describe(exc), writer_name=chunk.writer or "default")
+        except Exception as exc:
+            tracing.fail(span, exc)
+            if is_db_outage(exc) or isinstance(exc, ApplyInterruptedError):
+                await give_back(deps, chunk)  # if Postgres answers; the job is retried (`jobs`)
+                raise
+            if isinstance(exc, OUTAGES) and getattr(exc, "transient", True):
+                return await outage(deps, chunk, run, exc)
+            # Anything else is this chunk's failed attempt: a poison chunk fails, alone, after its attempts.
+            log.exception("chunk.error", chunk_id=str(chunk.id), seq=chunk.seq)
+            return await failed_attempt(
+                deps, chunk, run, describe(exc), writer_name=chunk.writer or "default"
+            )
+
+
+def _traced(
+    chunk: ChunkRow, run: ScopeRun, started_ns: int
+) -> contextlib.AbstractContextManager[Span | None]:
+    """The span of a chunk's processing (from its claim to its apply), in the trace of the request
+    that posted it, or, for a copy, in a trace of its own linked to that one (`app.lib.tracing`)."""
+    if not tracing.ENABLED:
+        return contextlib.nullcontext()
+    return tracing.span(
+        "process chunk",
+        {
+            "messaging.operation.type": "process",
+            "memstore.chunk.id": str(chunk.id),
+            "memstore.chunk.seq": chunk.seq,
+            "memstore.chunk.attempt": chunk.attempts,
+            "memstore.user.id": chunk.user_id,
+            "gen_ai.memory.store.id": str(chunk.tenant_id),
+        },
+        kind="CONSUMER",
+        context=None if run.linked else tracing.continued(chunk.trace_parent),
+        links=tracing.link_to(chunk.trace_parent) if run.linked else (),
+        start_ns=started_ns,
+    )
 
 
 async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun, view: WriterView) -> bool:
@@ -192,11 +232,21 @@ async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun, v
 
     log.debug("chunk.writing", chunk_id=str(chunk.id), seq=chunk.seq, writer=writer.name)
     started = time.perf_counter()
-    result, error, raw, attempt_limit, usage = await _call_writer(writer, request, settings.writer_timeout_s)
+    with tracing.span("write memory ops", _writer_attributes(writer, len(shown))) as span:
+        result, error, raw, attempt_limit, usage = await _call_writer(
+            writer, request, settings.writer_timeout_s
+        )
+        if span is not None:
+            if error is not None:
+                tracing.fail(span, error)
+            else:
+                assert result is not None
+                span.set_attributes(_ops_attributes(result, prefix="memstore.writer.ops"))
     metrics.WRITER_LATENCY.labels(writer.name, "error" if error else "ok").observe(
         time.perf_counter() - started
     )
     if error is not None:
+        tracing.fail_current(error)
         return await failed_attempt(
             deps, chunk, run, error, raw, attempt_limit, writer_name=writer.name, usage=usage
         )
@@ -225,13 +275,26 @@ async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun, v
         limits=deps.policy.for_chunk(options, writer.name),
     )
     # Embedded here, before the apply's transaction locks anything.
-    vectors = await embed_ops(deps.embedder, [apply_request])
+    with tracing.span("embeddings", {"gen_ai.operation.name": "embeddings"}) as span:
+        vectors = await embed_ops(deps.embedder, [apply_request])
+        if span is not None:
+            span.set_attributes({"memstore.embedder.texts": len(vectors)})
     started = time.perf_counter()
-    outcome = await deps.applier.apply(Result(chunk, apply_request, vectors, len(request.context)))
+    with tracing.span(
+        "update_memory",
+        {"gen_ai.operation.name": "update_memory", "gen_ai.memory.store.id": str(chunk.tenant_id)},
+    ) as span:
+        outcome = await deps.applier.apply(Result(chunk, apply_request, vectors, len(request.context)))
+        if span is not None and outcome is not None:
+            span.set_attributes(_applied_attributes(outcome))
+            for guard in outcome.guards:
+                span.add_event("guard fired", {"memstore.guard": str(guard.get("guard"))})
     deps.outage.over()
     if outcome is None:  # applied meanwhile by an earlier delivery
+        tracing.set_attributes({"memstore.chunk.outcome": "skipped"})
         run.skipped += 1
         return True
+    tracing.set_attributes({"memstore.chunk.outcome": "applied"})
     metrics.APPLY_LATENCY.observe(time.perf_counter() - started)
     metrics.CHUNKS_FINISHED.labels("applied", writer.name).inc()
     for guard in outcome.guards:
@@ -246,6 +309,36 @@ async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun, v
     )
     run.applied += 1
     return True
+
+
+def _writer_attributes(writer: Writer, shown: int) -> dict[str, Any]:
+    return {
+        "memstore.writer": writer.name,
+        "memstore.writer.profile": writer.profile,
+        "gen_ai.request.model": writer.model,
+        "memstore.writer.memories_shown": shown,
+    }
+
+
+def _ops_attributes(result: WriteResult, *, prefix: str) -> dict[str, Any]:
+    """How many ops of each kind (`{prefix}.add` ...), and the ops themselves only with content on."""
+    counts = collections.Counter(op.kind.value.lower() for op in result.ops)
+    attributes: dict[str, Any] = {f"{prefix}.{kind}": n for kind, n in counts.items()}
+    attributes[f"{prefix}.count"] = len(result.ops)
+    if tracing.CAPTURE_CONTENT:
+        attributes["gen_ai.memory.records"] = json.dumps(
+            [op.as_json() for op in result.ops], ensure_ascii=False
+        )
+    return attributes
+
+
+def _applied_attributes(outcome: ApplyOutcome) -> dict[str, Any]:
+    return {
+        "memstore.changeset.id": str(outcome.changeset_id),
+        "gen_ai.memory.record.count": outcome.applied,
+        "memstore.guards.fired": sorted({str(g.get("guard")) for g in outcome.guards}),
+        "memstore.reviews.held": len(outcome.reviews),
+    }
 
 
 async def _nothing_claimed(deps: PipelineDeps, claim: Claim, run: ScopeRun) -> bool:
