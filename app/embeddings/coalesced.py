@@ -18,12 +18,14 @@ gave. Texts met while a run was under way are looked up again before the next ru
 that ask for one text close together still cost one embedding.
 
 The counters (`runs`, `texts`, `cache_hits`, and `counts` for a snapshot) are this object's, so a
-test reads exactly what its own calls cost; the same counts go to Prometheus by embedder family.
+test reads exactly what its own calls cost; the same counts go to Prometheus by embedder family, with
+the runs that raised (`memstore_embedder_failures_total`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from array import array
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -82,6 +84,7 @@ class CoalescedEmbedder:
         self._runs_metric = metrics.EMBEDDER_RUNS.labels(family_)
         self._texts_metric = metrics.EMBEDDER_TEXTS.labels(family_)
         self._hits_metric = metrics.EMBEDDER_CACHE_HITS.labels(family_)
+        self._failures_metric = metrics.EMBEDDER_FAILURES.labels(family_)
 
     @property
     def counts(self) -> EmbedderCounts:
@@ -98,7 +101,8 @@ class CoalescedEmbedder:
             self._queue.append(waiting)
             runner = self._runner
             if runner is None or runner.done() or runner.get_loop() is not loop:
-                self._runner = loop.create_task(self._drain())
+                # In a context of its own: a run serves many callers, not the one that started it.
+                self._runner = loop.create_task(self._drain(), context=contextvars.Context())
             found |= await waiting.future
         return [found[t].tolist() for t in texts]
 
@@ -179,6 +183,7 @@ class CoalescedEmbedder:
                 self._queue.clear()
                 raise
             except Exception as exc:  # noqa: BLE001  (handed to the callers, whose error it is)
+                self._failures_metric.inc()
                 for waiting in batch:
                     if not waiting.future.done():
                         waiting.future.set_exception(exc)

@@ -104,6 +104,11 @@ EMBEDDER_CACHE_HITS = Counter(
     "Texts answered from the embedder's cache of vectors it made before, without the model.",
     ["family"],
 )
+EMBEDDER_FAILURES = Counter(
+    "memstore_embedder_failures_total",
+    "Model runs of the embedder that raised (each caller of the run got the error).",
+    ["family"],
+)
 
 
 def multiprocess_dir() -> str | None:
