@@ -118,15 +118,31 @@ async def otlp_receiver() -> AsyncIterator[OtlpReceiver]:
 
 
 async def _serve() -> None:
-    async with OtlpReceiver() as receiver:
-        print(f"PORT {receiver.port}", flush=True)
-        while True:
-            await asyncio.sleep(10)
-            print(f"SPANS {len(receiver.spans)}", flush=True)
-            receiver.spans.clear()  # a sink for benchmarks: counted, not kept
+    """A sink for benchmarks: it answers as a collector does and counts what it got, decoding nothing
+    (a collector runs elsewhere; its work must not be counted as tracing's cost on the machine
+    measured)."""
+    received = {"requests": 0, "bytes": 0}
+
+    async def traces(request: web.Request) -> web.Response:
+        received["requests"] += 1
+        received["bytes"] += len(await request.read())
+        return web.Response(
+            body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf"
+        )
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/v1/traces", traces)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    print(f"PORT {port}", flush=True)
+    while True:
+        await asyncio.sleep(10)
+        print(f"RECEIVED {received}", flush=True)
 
 
 if __name__ == "__main__":
-    # `python -m tests.support.otlp` prints `PORT <n>` and receives traces until killed (bench/ uses it
-    # as the collector when it measures tracing's cost).
+    # `python -m tests.support.otlp` prints `PORT <n>` and takes traces until killed (bench/ uses it as
+    # the collector when it measures tracing's cost).
     asyncio.run(_serve())
