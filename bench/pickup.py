@@ -6,6 +6,8 @@
 seconds, then chunks of new users posted one at a time, each after the worker has been idle a random
 0.2-0.8 s, and from the database, each chunk's time from its commit (`received_at`, when the post is
 acknowledged) to its apply (`applied_at`). Offline writer: the apply itself is a few milliseconds.
+Each post is followed at once by `GET /v1/chunks/{id}?wait=5` (read-your-writes): how long after the
+acknowledgement the client reads the chunk applied, and how much of that is past the apply.
 
 Usage: python bench/pickup.py [--chunks 40] [--idle-s 15] [--json out.json]
 """
@@ -74,11 +76,17 @@ def measure(wake: bool, args: argparse.Namespace) -> dict[str, Any]:
             before = cpu_seconds(workers)
             time.sleep(args.idle_s)
             idle_cpu = (cpu_seconds(workers) - before) / args.idle_s
-            ids = []
+            ids, reads = [], []
             for i in range(args.chunks):
                 time.sleep(rng.uniform(0.2, 0.8))
                 ids.append(post(f"user-{i}"))
+                acknowledged = time.monotonic()
+                read = client.get(f"/v1/chunks/{ids[-1]}", params={"wait": 5}).json()
+                reads.append(
+                    (time.monotonic() - acknowledged) * 1000 if read["status"] == "applied" else None
+                )
         waits = asyncio.run(ack_to_applied_ms(stack.dsn, ids))
+    read_ms = sorted(r for r in reads if r is not None)
     return {
         "wake": wake,
         "chunks": len(waits),
@@ -86,6 +94,9 @@ def measure(wake: bool, args: argparse.Namespace) -> dict[str, Any]:
         "p90_ms": waits[int(0.9 * (len(waits) - 1))],
         "max_ms": waits[-1],
         "idle_worker_cpu_pct": 100 * idle_cpu,
+        "read_applied_p50_ms": statistics.median(read_ms) if read_ms else None,
+        "read_applied_p90_ms": read_ms[int(0.9 * (len(read_ms) - 1))] if read_ms else None,
+        "reads_applied": len(read_ms),
         "workers": len(workers),
     }
 
@@ -105,6 +116,11 @@ def main() -> None:
             f" p90 {r['p90_ms']:.1f} ms, max {r['max_ms']:.1f} ms ({r['chunks']} chunks);"
             f" idle worker CPU {r['idle_worker_cpu_pct']:.2f} % of a core"
         )
+        if r["read_applied_p50_ms"] is not None:
+            print(
+                f"    ack -> read applied (GET ?wait=5): p50 {r['read_applied_p50_ms']:.1f} ms,"
+                f" p90 {r['read_applied_p90_ms']:.1f} ms ({r['reads_applied']} of {r['chunks']} read applied)"
+            )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -19,12 +19,14 @@ from arq.typing import WorkerCoroutine
 from app.config import Settings, get_settings
 from app.db.engine import create_engine, warn_if_bypassing_row_security
 from app.domain.audit.jobs import seal_audit_job
+from app.domain.pipeline.finished import ChunkAnnouncer
 from app.domain.pipeline.jobs import WorkerContext, process_scope_job, sweep_job
 from app.domain.pipeline.services import PipelineDeps
 from app.domain.pipeline.wakeups import SCOPE_JOB
 from app.domain.search.graph import keep_indexing
 from app.domain.shadows.services import LiveFeeder
 from app.domain.system.services import WorkerBeat, beat, forget
+from app.domain.webhooks.jobs import DELIVER_JOB, deliver_webhooks_job
 from app.embeddings import embedder_from_settings
 from app.lib import metrics, tracing
 from app.lib.logging import configure_logging
@@ -40,6 +42,7 @@ _JOB_NAMES = {
     process_scope_job.__name__: SCOPE_JOB,
     seal_audit_job.__name__: "seal_audit",
     sweep_job.__name__: "sweep",
+    deliver_webhooks_job.__name__: DELIVER_JOB,
 }
 
 
@@ -74,6 +77,7 @@ async def startup(ctx: WorkerContext) -> None:
         embedder=embedder_from_settings(_one_thread_a_run(settings)),
         worker_name=ctx["worker_name"],
         feeder=LiveFeeder(ctx["engine"]),
+        announcer=ChunkAnnouncer(ctx["redis"]),
     )
     if settings.graph_index_budget_s > 0:  # the vector graph's indexer (`search.graph`), beside the jobs
         ctx["graph_indexer"] = asyncio.create_task(
@@ -144,6 +148,7 @@ _SCOPE_JOB = cast("WorkerCoroutine", process_scope_job)
 _HEARTBEAT = cast("WorkerCoroutine", heartbeat)
 _SEAL_AUDIT = cast("WorkerCoroutine", seal_audit_job)
 _SWEEP = cast("WorkerCoroutine", sweep_job)
+_DELIVER_WEBHOOKS = cast("WorkerCoroutine", deliver_webhooks_job)
 
 
 def worker_options(settings: Settings) -> dict[str, Any]:
@@ -168,6 +173,17 @@ def worker_options(settings: Settings) -> dict[str, Any]:
             cron(
                 _SWEEP,
                 second=set(range(0, 60, sweep_every)),
+                run_at_startup=True,
+                unique=True,
+                timeout=60,
+                keep_result=0,
+            ),
+            # Webhook deliveries due (`app.domain.webhooks.delivery`): one look a second, a round trip
+            # when nothing is due.
+            cron(
+                _DELIVER_WEBHOOKS,
+                name=DELIVER_JOB,
+                second=set(range(60)),
                 run_at_startup=True,
                 unique=True,
                 timeout=60,

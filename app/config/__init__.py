@@ -1,7 +1,7 @@
 """The one settings object, read from ``MEMSTORE_*`` environment variables (and an optional file).
 
 Each concern keeps its own settings in a module of this package (storage, api, workers, writers,
-embeddings, search, answer, logs); `Settings` is all of them at once, flat, so every one is
+embeddings, search, answer, logs, webhooks); `Settings` is all of them at once, flat, so every one is
 `MEMSTORE_<NAME>` and read as `settings.<name>`.
 """
 
@@ -20,6 +20,7 @@ from app.config.embeddings import EmbedderSettings
 from app.config.logs import LogFormat, LogSettings
 from app.config.search import SearchSettings
 from app.config.storage import StorageSettings
+from app.config.webhooks import WebhookSettings
 from app.config.workers import WorkerSettings
 from app.config.writers import DestructiveKind, WriterSettings
 from app.lib.logging import register_secrets
@@ -28,6 +29,7 @@ __all__ = ["DestructiveKind", "LogFormat", "Settings", "get_settings"]
 
 
 class Settings(  # the groups last to first, so that their fields are listed first to last
+    WebhookSettings,
     LogSettings,
     ReaderSettings,
     SearchSettings,

@@ -13,6 +13,7 @@ from app.domain.audit.controllers import AuditController
 from app.domain.console.controllers import ConsoleReadsController, console_router
 from app.domain.history.controllers import AdminHistoryController
 from app.domain.ingest.controllers import ChunkController
+from app.domain.mcp.server import McpMount
 from app.domain.mem0.controllers import mem0_paths, mem0_router
 from app.domain.memories.controllers import MemoryController
 from app.domain.pipeline.controllers import ChunkAdminController
@@ -22,13 +23,14 @@ from app.domain.search.controllers import SearchController
 from app.domain.shadows.controllers import ShadowController
 from app.domain.system.controllers import SystemController
 from app.domain.transfer.controllers import TransferController
+from app.domain.webhooks.controllers import WebhookController
 from app.lib import tracing
 from app.lib.errors import EXCEPTION_HANDLERS
 from app.lib.logging import configure_logging
 from app.lib.ratelimit import Limit
 from app.lib.validation import TYPE_DECODERS, Moment, MomentSchemaPlugin
 from app.server.dependencies import DEPENDENCIES, resolve_dependencies_in_order
-from app.server.lifespan import services_lifespan
+from app.server.lifespan import app_services, services_lifespan
 from app.server.middleware import (
     RateLimitGuard,
     RequestInputGuard,
@@ -56,6 +58,7 @@ ROUTE_HANDLERS = [
     AnswerController,
     ConsoleReadsController,
     TransferController,
+    WebhookController,
     console_router(),
 ]
 
@@ -70,10 +73,14 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
 
     resolve_dependencies_in_order()
     allowed: dict[str, bytes] = {}  # filled once the routes exist
+    facts = deployment_facts(settings)
+    # The MCP server (docs/mcp.md): an ASGI mount, not a REST route, so not in the OpenAPI document.
+    mcp = McpMount(facts, app_services)
+    handlers = [*ROUTE_HANDLERS, mcp.route_handler]
     app = Litestar(
         # Mem0's paths only when asked for (MEMSTORE_MEM0_COMPAT, docs/mem0.md).
-        route_handlers=[*ROUTE_HANDLERS, mem0_router()] if settings.mem0_compat else ROUTE_HANDLERS,
-        lifespan=[services_lifespan(settings, default_limit)],
+        route_handlers=[*handlers, mem0_router()] if settings.mem0_compat else handlers,
+        lifespan=[services_lifespan(settings, default_limit), mcp.lifespan],
         dependencies=DEPENDENCIES,
         middleware=[
             *tracing.server_middleware(),  # the request's span, around everything else
@@ -85,7 +92,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         exception_handlers=EXCEPTION_HANDLERS,
         type_decoders=TYPE_DECODERS,
         type_encoders={Moment: Moment.plain},
-        plugins=[MomentSchemaPlugin(), ExactStructSchemaPlugin(deployment_facts(settings))],
+        plugins=[MomentSchemaPlugin(), ExactStructSchemaPlugin(facts)],
         request_class=StrictRequest,
         before_send=[stamp_response, allow_every_method(allowed)],
         request_max_body_size=settings.max_body_bytes,

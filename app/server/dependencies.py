@@ -68,6 +68,7 @@ SERVICES = (
     "ingest_batcher",
     "reader",
     "key_events",
+    "finished_chunks",
 )
 
 DEPENDENCIES: dict[str, Provide] = {

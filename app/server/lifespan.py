@@ -20,6 +20,7 @@ from app.domain.accounts.auth import KeyResolver
 from app.domain.accounts.key_events import KeyEvents
 from app.domain.answer.reader import ChatModel, reader_from_settings
 from app.domain.ingest.batcher import IngestBatcher
+from app.domain.pipeline.finished import FinishedChunks
 from app.domain.search.services import Searcher
 from app.embeddings import embedder_from_settings
 from app.embeddings.base import Embedder
@@ -43,6 +44,7 @@ class AppServices:
     searcher: Searcher
     reader: ChatModel | None
     ingest_batcher: IngestBatcher
+    finished_chunks: FinishedChunks
 
     @classmethod
     async def start(cls, settings: Settings, default_limit: Limit) -> AppServices:
@@ -57,6 +59,8 @@ class AppServices:
         key_events = KeyEvents(settings.redis_url, key_resolver)
         key_events.start()
         rate_limiter = RateLimiter(queue.redis)
+        finished_chunks = FinishedChunks(settings.redis_url)
+        finished_chunks.start()
         return cls(
             settings=settings,
             engine=engine,
@@ -79,6 +83,7 @@ class AppServices:
                 limiter=rate_limiter,
                 user_limit=Limit(settings.user_rate_limit_per_s, settings.user_rate_limit_burst),
             ),
+            finished_chunks=finished_chunks,
         )
 
     @property
@@ -90,6 +95,7 @@ class AppServices:
         """In the reverse order of their use: accepted chunks are stored before the clients go."""
         await self.ingest_batcher.close()
         await self.key_events.aclose()
+        await self.finished_chunks.aclose()
         await self.job_queue.close()
         await self.searcher.embedder.aclose()
         if self.reader is not None:

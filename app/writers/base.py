@@ -129,9 +129,13 @@ class Op:
     tags: tuple[str, ...] = ()
     owner: str = "user"
     reason: str | None = None
+    # ADD / SUPERSEDE / UPDATE: when the memory stops being shown (a dated plan's end); None keeps an
+    # UPDATE's target's expiry, unless `clears_expiry` (a hand edit's `"expires_at": null`).
+    expires_at: datetime | None = None
+    clears_expiry: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        recorded: dict[str, Any] = {
             "op": self.kind.value,
             "content": self.content,
             "targets": list(self.targets),
@@ -139,6 +143,9 @@ class Op:
             "owner": self.owner,
             "reason": self.reason,
         }
+        if self.expires_at is not None or self.clears_expiry:  # only ops that set or clear one say so
+            recorded["expires_at"] = None if self.expires_at is None else self.expires_at.isoformat()
+        return recorded
 
 
 @dataclass

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import httpx
+import msgspec
 
 from memstore_client import _calls as c
 from memstore_client import models
@@ -90,30 +91,45 @@ class AsyncClient:
         """Post several chunks at once (`/v1/chunks/batch`); each may carry its own `idempotency_key`."""
         return (await self.send(c.add_chunks([dict(chunk) for chunk in chunks]))).results
 
-    async def get_chunk(self, chunk_id: uuid.UUID | str) -> models.ChunkStatus:
-        return await self.send(c.get(f"/v1/chunks/{chunk_id}", models.ChunkStatus))
+    async def get_chunk(self, chunk_id: uuid.UUID | str, *, wait_s: float = 0.0) -> models.ChunkStatus:
+        """The chunk's progress; with `wait_s` (at most 30), once it is applied or failed, or after
+        that long as it is then (the server waits: no polling)."""
+        return await self.send(c.get_chunk(chunk_id, wait_s))
+
+    async def get_chunks(
+        self, chunk_ids: Sequence[uuid.UUID | str], *, wait_s: float = 0.0
+    ) -> list[models.ChunkStatus]:
+        """Several chunks' progress (at most 100), in order; with `wait_s`, once all are finished."""
+        return (await self.send(c.get_chunks([str(i) for i in chunk_ids], wait_s))).items
 
     async def wait_for_chunks(
         self, chunk_ids: Sequence[uuid.UUID | str], *, timeout_s: float = 120.0, poll_s: float = 0.2
     ) -> list[models.ChunkStatus]:
-        """Until every chunk is applied or failed; their final states, in order."""
+        """Until every chunk is applied or failed; their final states, in order. The server holds each
+        request until the chunks finish (`wait`); `poll_s` paces the requests only against a server
+        that answers at once."""
         deadline = time.monotonic() + timeout_s
+        wanted = [str(uuid.UUID(str(chunk_id))) for chunk_id in chunk_ids]
         done: dict[str, models.ChunkStatus] = {}
-        for chunk_id in chunk_ids:
-            while True:
-                state = await self.get_chunk(chunk_id)
-                if state.finished:
-                    done[str(chunk_id)] = state
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"chunk {chunk_id} is still {state.status} after {timeout_s} s")
+        while pending := [i for i in dict.fromkeys(wanted) if i not in done]:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                state = (await self.get_chunks(pending[:1]))[0]
+                raise TimeoutError(f"chunk {pending[0]} is still {state.status} after {timeout_s} s")
+            asked = time.monotonic()
+            for start in range(0, len(pending), c.STATUS_IDS):
+                batch = pending[start : start + c.STATUS_IDS]
+                for state in await self.get_chunks(batch, wait_s=min(left, c.WAIT_STEP_S)):
+                    if state.finished:
+                        done[str(state.chunk_id)] = state
+            if any(i not in done for i in pending) and time.monotonic() - asked < poll_s:
                 await asyncio.sleep(poll_s)
-        return [done[str(chunk_id)] for chunk_id in chunk_ids]
+        return [done[i] for i in wanted]
 
     # --- memories -------------------------------------------------------------------------------
 
     async def list_memories(self, user_id: str, **filters: Any) -> models.MemoryPage:
-        """One page (`status`, `as_of`, `agent_id`, `limit`, `cursor`)."""
+        """One page (`status`, `as_of`, `agent_id`, `limit`, `cursor`, `include_expired`)."""
         return await self.send(c.list_memories(user_id, **filters))
 
     def iter_memories(self, user_id: str, **filters: Any) -> AsyncIterator[models.Memory]:
@@ -133,10 +149,11 @@ class AsyncClient:
         content: str | None = None,
         tags: Sequence[str] | None = None,
         reason: str | None = None,
+        expires_at: datetime | msgspec.UnsetType | None = msgspec.UNSET,
     ) -> models.Memory:
-        """A hand edit: a new version (op UPDATE) under this key."""
-        body = {"content": content, "tags": list(tags) if tags is not None else None, "reason": reason}
-        return await self.send(c.patch(f"/v1/memories/{memory_id}", models.Memory, body))
+        """A hand edit: a new version (op UPDATE) under this key. `expires_at`: when the memory is
+        hidden from reads from (None: never; left out: as it was)."""
+        return await self.send(c.edit_memory(memory_id, content, tags, reason, expires_at))
 
     async def delete_memory(self, memory_id: uuid.UUID | str, *, reason: str | None = None) -> models.Memory:
         """A soft delete: a new version with status deleted."""
@@ -149,7 +166,7 @@ class AsyncClient:
         )
 
     async def search(self, user_id: str, query: str, **options: Any) -> list[models.SearchResult]:
-        """Best first (`top_k`, `as_of`, `agent_id`, `mode`)."""
+        """Best first (`top_k`, `as_of`, `agent_id`, `mode`, `include_expired`)."""
         return (await self.send(c.search(user_id, query, **options))).results
 
     # --- admin ----------------------------------------------------------------------------------
@@ -210,6 +227,55 @@ class AsyncClient:
 
     async def create_key(self, name: str, roles: Sequence[str]) -> models.NewKey:
         return await self.send(c.create_key(name, roles))
+
+    async def create_webhook(
+        self,
+        url: str,
+        *,
+        event_types: Sequence[str] = (),
+        description: str | None = None,
+        include_content: bool = False,
+        enabled: bool = True,
+    ) -> models.NewWebhook:
+        """A webhook endpoint (docs/webhooks.md); its `secret` is answered this once."""
+        return await self.send(c.create_webhook(url, event_types, description, include_content, enabled))
+
+    async def list_webhooks(self) -> list[models.Webhook]:
+        return (await self.send(c.get("/v1/admin/webhooks", models.WebhookList))).items
+
+    async def get_webhook(self, webhook_id: uuid.UUID | str) -> models.Webhook:
+        return await self.send(c.get(f"/v1/admin/webhooks/{webhook_id}", models.Webhook))
+
+    async def update_webhook(self, webhook_id: uuid.UUID | str, **changes: Any) -> models.Webhook:
+        """Change `url`, `event_types`, `description`, `include_content` or `enabled`."""
+        return await self.send(c.update_webhook(webhook_id, changes))
+
+    async def delete_webhook(self, webhook_id: uuid.UUID | str) -> None:
+        await self.send(c.delete_webhook(webhook_id))
+
+    async def rotate_webhook_secret(self, webhook_id: uuid.UUID | str) -> models.NewWebhook:
+        """A new secret; the previous one still signs until `previous_secret_expires_at`."""
+        return await self.send(
+            c.post(f"/v1/admin/webhooks/{webhook_id}/rotate-secret", models.NewWebhook, {})
+        )
+
+    def iter_webhook_deliveries(
+        self, webhook_id: uuid.UUID | str, *, status: str | None = None
+    ) -> AsyncIterator[models.WebhookDelivery]:
+        """The endpoint's delivery log, newest event first, with every attempt."""
+        return self._pages(lambda cursor: c.list_webhook_deliveries(webhook_id, status=status, cursor=cursor))
+
+    async def redeliver_webhook(
+        self, webhook_id: uuid.UUID | str, delivery_id: uuid.UUID | str
+    ) -> models.WebhookDelivery:
+        """Send a delivery again now, with a fresh retry schedule."""
+        return await self.send(
+            c.post(
+                f"/v1/admin/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver",
+                models.WebhookDelivery,
+                {},
+            )
+        )
 
     async def _pages(self, page_call: Any) -> AsyncIterator[Any]:
         cursor: str | None = None

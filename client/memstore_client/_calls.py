@@ -42,7 +42,11 @@ class Call(Generic[T]):
     repeatable: bool = False  # safe to send again if the server may have acted on it
 
     def request_kwargs(self) -> dict[str, Any]:
-        params = {k: _param(v) for k, v in self.params.items() if v is not None}
+        params = {
+            k: [_param(x) for x in v] if isinstance(v, list | tuple) else _param(v)
+            for k, v in self.params.items()
+            if v is not None
+        }
         kwargs: dict[str, Any] = {"params": params, "headers": dict(self.headers)}
         if self.body is not None:
             kwargs["content"] = msgspec.json.encode(self.body)
@@ -157,6 +161,20 @@ class _Batch(msgspec.Struct):
     results: list[models.ChunkAccepted]
 
 
+# A status read waits on the server at most this long for chunks to finish (well within the client's
+# timeout), for at most this many chunks a request.
+WAIT_STEP_S = 10.0
+STATUS_IDS = 100
+
+
+def get_chunk(chunk_id: uuid.UUID | str, wait_s: float) -> Call[models.ChunkStatus]:
+    return get(f"/v1/chunks/{chunk_id}", models.ChunkStatus, wait=wait_s or None)
+
+
+def get_chunks(chunk_ids: Sequence[str], wait_s: float) -> Call[models.ChunkStatuses]:
+    return get("/v1/chunks", models.ChunkStatuses, chunk_id=list(chunk_ids), wait=wait_s or None)
+
+
 def add_chunks(bodies: Sequence[dict[str, Any]]) -> Call[_Batch]:
     chunks = [{"idempotency_key": f"sdk-{uuid.uuid4()}", **b} for b in bodies]
     return Call("POST", "/v1/chunks/batch", _Batch, body={"chunks": chunks}, repeatable=True)
@@ -193,6 +211,7 @@ def list_memories(
     agent_id: str | None = None,
     limit: int = 100,
     cursor: str | None = None,
+    include_expired: bool = False,
 ) -> Call[models.MemoryPage]:
     return get(
         "/v1/memories",
@@ -203,7 +222,23 @@ def list_memories(
         agent_id=agent_id,
         limit=limit,
         cursor=cursor,
+        include_expired=include_expired or None,
     )
+
+
+def edit_memory(
+    memory_id: uuid.UUID | str,
+    content: str | None,
+    tags: Sequence[str] | None,
+    reason: str | None,
+    expires_at: datetime | msgspec.UnsetType | None,
+) -> Call[models.Memory]:
+    """A hand edit; `expires_at` None sends null (never expires), UNSET leaves it out (as it was)."""
+    body = {"content": content, "tags": list(tags) if tags is not None else None, "reason": reason}
+    call = patch(f"/v1/memories/{memory_id}", models.Memory, body)
+    if expires_at is msgspec.UNSET:
+        return call
+    return Call(call.method, call.path, call.answer, body={**call.body, "expires_at": expires_at})
 
 
 def search(
@@ -214,9 +249,11 @@ def search(
     as_of: datetime | None = None,
     agent_id: str | None = None,
     mode: str = "hybrid",
+    include_expired: bool = False,
 ) -> Call[_Search]:
     body = {"user_id": user_id, "query": query, "top_k": top_k, "as_of": as_of, "agent_id": agent_id}
-    call = post("/v1/memories/search", _Search, body | {"mode": mode})
+    options = {"mode": mode} | ({"include_expired": True} if include_expired else {})
+    call = post("/v1/memories/search", _Search, body | options)
     return Call(call.method, call.path, call.answer, body=call.body, repeatable=True)  # a read
 
 
@@ -318,6 +355,42 @@ def import_user(user_id: str, records: Mapping[str, Sequence[Mapping[str, Any]]]
 
 def create_key(name: str, roles: Sequence[str]) -> Call[models.NewKey]:
     return post("/v1/admin/keys", models.NewKey, {"name": name, "roles": list(roles)})
+
+
+def create_webhook(
+    url: str, event_types: Sequence[str], description: str | None, include_content: bool, enabled: bool
+) -> Call[models.NewWebhook]:
+    body = {
+        "url": url,
+        "event_types": list(event_types),
+        "description": description,
+        "include_content": include_content,
+        "enabled": enabled,
+    }
+    return post("/v1/admin/webhooks", models.NewWebhook, body)
+
+
+def update_webhook(webhook_id: uuid.UUID | str, changes: Mapping[str, Any]) -> Call[models.Webhook]:
+    # Sent as given: a None clears a field (`description`); absent fields stay as they are.
+    return Call(
+        "PATCH", f"/v1/admin/webhooks/{webhook_id}", models.Webhook, body=dict(changes), repeatable=True
+    )
+
+
+def delete_webhook(webhook_id: uuid.UUID | str) -> Call[None]:
+    return Call("DELETE", f"/v1/admin/webhooks/{webhook_id}", None)
+
+
+def list_webhook_deliveries(
+    webhook_id: uuid.UUID | str, status: str | None = None, limit: int = 100, cursor: str | None = None
+) -> Call[models.DeliveryPage]:
+    return get(
+        f"/v1/admin/webhooks/{webhook_id}/deliveries",
+        models.DeliveryPage,
+        status=status,
+        limit=limit,
+        cursor=cursor,
+    )
 
 
 def _path(segment: str) -> str:

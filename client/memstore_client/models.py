@@ -50,6 +50,10 @@ class ChunkStatus(msgspec.Struct):
         return self.status in ("applied", "failed")
 
 
+class ChunkStatuses(msgspec.Struct):
+    items: list[ChunkStatus]
+
+
 class Memory(msgspec.Struct):
     id: uuid.UUID
     user_id: str
@@ -63,6 +67,7 @@ class Memory(msgspec.Struct):
     tags: list[str] = msgspec.field(default_factory=list)
     owner: str = "user"
     memory_at: datetime | None = None
+    expires_at: datetime | None = None  # hidden from reads from then on (None: never)
 
 
 class Page(msgspec.Struct):
@@ -104,6 +109,7 @@ class Version(msgspec.Struct):
     superseded_by: uuid.UUID | None = None
     owner: str | None = None
     memory_at: datetime | None = None
+    expires_at: datetime | None = None
 
 
 class History(msgspec.Struct):
@@ -226,3 +232,59 @@ class Imported(msgspec.Struct):
 
     user_id: str
     written: dict[str, int]
+
+
+class Webhook(msgspec.Struct):
+    """A webhook endpoint (docs/webhooks.md); `event_types` empty: every type."""
+
+    id: uuid.UUID
+    url: str
+    event_types: list[str]
+    description: str | None
+    include_content: bool
+    enabled: bool
+    created_at: datetime
+    updated_at: datetime
+    previous_secret_expires_at: datetime | None = None
+
+
+class NewWebhook(Webhook, kw_only=True):
+    """An endpoint with its signing secret (`whsec_...`), answered only by create and rotate."""
+
+    secret: str
+
+
+class WebhookList(msgspec.Struct):
+    items: list[Webhook]
+
+
+class DeliveryAttempt(msgspec.Struct):
+    at: str
+    attempt: int
+    status: int | None
+    error: str | None
+    duration_ms: int
+
+
+class WebhookDelivery(msgspec.Struct):
+    """One event on its way to an endpoint: `pending`, `delivered` or `failed` (given up)."""
+
+    id: uuid.UUID
+    event_id: uuid.UUID
+    webhook_id: str
+    event_type: str
+    user_id: str
+    status: str
+    attempts: int
+    next_attempt_at: datetime | None
+    last_attempt_at: datetime | None
+    delivered_at: datetime | None
+    response_status: int | None
+    last_error: str | None
+    log: list[DeliveryAttempt]
+    created_at: datetime
+    data: dict[str, Any]
+
+
+class DeliveryPage(Page):
+    items: list[WebhookDelivery]

@@ -13,6 +13,7 @@ from app.db.models.memory_version import MemoryVersion
 from app.db.models.review import Review
 from app.db.models.scope import Scope
 from app.db.models.tenant import Tenant
+from app.db.models.webhook import WebhookDelivery, WebhookEndpoint, WebhookEvent
 from app.db.models.writer_view import WriterView
 
 __all__ = [
@@ -28,5 +29,8 @@ __all__ = [
     "Review",
     "Scope",
     "Tenant",
+    "WebhookDelivery",
+    "WebhookEndpoint",
+    "WebhookEvent",
     "WriterView",
 ]

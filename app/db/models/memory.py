@@ -75,6 +75,9 @@ class Memory(Base):
     tags: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default=text("'{}'"))
     owner: Mapped[str] = mapped_column(String(16), nullable=False, server_default="user")
     memory_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # From this time on the memory is hidden from list, search, answer and the writer's candidates
+    # (never deleted: its status stays); NULL never expires (migration 0016).
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="active")
     version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
     embedding: Mapped[list[float] | None] = mapped_column(Embedding(get_settings().embedding_dim))

@@ -52,6 +52,7 @@ class MemoryVersion(Base):
     owner: Mapped[str] = mapped_column(String(16), nullable=False)
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     memory_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     embedding: Mapped[list[float] | None] = mapped_column(Embedding(get_settings().embedding_dim))
     # Links of a SUPERSEDE: the memories this one replaced, or the one that replaced it.
     supersedes: Mapped[list[uuid.UUID] | None] = mapped_column(ARRAY(UUID(as_uuid=True)))

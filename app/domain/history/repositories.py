@@ -48,7 +48,7 @@ _STALE_VECTORS = text(
 
 _STATES_AT = text(
     """
-    SELECT v.memory_id, v.version, v.status, v.content, v.tags, v.owner, v.memory_at
+    SELECT v.memory_id, v.version, v.status, v.content, v.tags, v.owner, v.memory_at, v.expires_at
     FROM unnest(:memory_ids, :versions) AS p(memory_id, version)
     JOIN memory_versions v ON v.memory_id = p.memory_id AND v.version = p.version
     WHERE v.tenant_id = :tenant_id
@@ -105,7 +105,14 @@ class HistoryRepository:
         """Row-lock the scope's memories (all, or `ids`) in id order, as the apply step does."""
         stmt = (
             select(
-                _m.id.label("memory_id"), _m.version, _m.status, _m.content, _m.tags, _m.owner, _m.memory_at
+                _m.id.label("memory_id"),
+                _m.version,
+                _m.status,
+                _m.content,
+                _m.tags,
+                _m.owner,
+                _m.memory_at,
+                _m.expires_at,
             )
             .where(_m.tenant_id == tenant_id, _m.user_id == user_id)
             .order_by(_m.id)
@@ -137,6 +144,8 @@ class HistoryRepository:
                 then.c.tags,
                 then.c.owner,
                 then.c.memory_at,
+                _m.expires_at,
+                then.c.expires_at,
             )
             .select_from(MEMORIES.outerjoin(then, true()))
             .where(_m.tenant_id == tenant_id, _m.user_id == user_id)
@@ -146,9 +155,9 @@ class HistoryRepository:
         heads: dict[uuid.UUID, VersionState] = {}
         past: dict[uuid.UUID, VersionState] = {}
         for r in rows:
-            heads[r[0]] = VersionState(r[0], r[1], r[2], r[3], tuple(r[4]), r[5], r[6])
+            heads[r[0]] = VersionState(r[0], r[1], r[2], r[3], tuple(r[4]), r[5], r[6], r[13])
             if r[7] is not None:
-                past[r[0]] = VersionState(r[0], r[7], r[8], r[9], tuple(r[10]), r[11], r[12])
+                past[r[0]] = VersionState(r[0], r[7], r[8], r[9], tuple(r[10]), r[11], r[12], r[14])
         return heads, past
 
     async def states_at(

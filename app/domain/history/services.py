@@ -37,6 +37,7 @@ from app.domain.memories.services import get_memory
 from app.domain.memories.version_writer import Restoration, VersionWriter
 from app.domain.pipeline.locks import scope_lock_key
 from app.domain.shadows.services import banks as shadow_banks
+from app.domain.webhooks.events import Announcement, announce
 from app.embeddings import Embedder
 from app.lib import tracing
 from app.lib.errors import (
@@ -180,6 +181,7 @@ async def write_undo(
         raise _Unembedded(missing)
     vectors = {memory_id: embedded[content] for memory_id, content in stale}
     version_writer = VersionWriter(session)
+    announcements: list[Announcement] = []
     for scope, restorations in planned:
         changeset_id = uuid.uuid4()
         await ChangesetRepository(session).insert_many(
@@ -217,6 +219,11 @@ async def write_undo(
             vectors={r.memory_id: vectors[r.memory_id] for r in restorations if r.memory_id in vectors},
         )
         result.changeset_ids.append(changeset_id)
+        announcements.append(
+            Announcement(tenant_id=tenant_id, user_id=scope.user_id, changeset_id=changeset_id)
+        )
+    # The webhooks' `memory.*` events of the new changesets (`webhooks.events`), in this transaction.
+    await announce(session, announcements)
 
 
 # --- rollback ------------------------------------------------------------------------------------

@@ -8,16 +8,24 @@ from typing import Annotated
 from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import FromPath, HeaderParameter, JSONBody
+from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_202_ACCEPTED
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.domain.accounts.auth import requires_any_role, requires_role
 from app.domain.accounts.services import Caller
 from app.domain.ingest import services
 from app.domain.ingest.batcher import IngestBatcher
-from app.domain.ingest.schemas import BatchAccepted, BatchIn, ChunkAccepted, ChunkIn, ChunkStatus
+from app.domain.ingest.schemas import (
+    BatchAccepted,
+    BatchIn,
+    ChunkAccepted,
+    ChunkIn,
+    ChunkStatus,
+    ChunkStatuses,
+)
+from app.domain.pipeline.finished import FinishedChunks
 from app.lib.errors import (
     IdempotencyConflict,
     InvalidField,
@@ -29,6 +37,19 @@ from app.lib.errors import (
 )
 from app.writers.registry import WriterRegistry
 
+# Read-your-writes: how long a status read may wait for the chunk to finish (`pipeline.finished`).
+Wait = Annotated[
+    float,
+    QueryParameter(
+        ge=0,
+        le=services.MAX_WAIT_S,
+        description=(
+            "Seconds to wait for the chunk(s) to be applied or failed before answering (at most "
+            f"{services.MAX_WAIT_S:g}); the answer comes as soon as they are, or after this with the "
+            "status then. 0: at once."
+        ),
+    ),
+]
 IdempotencyKey = Annotated[
     str | None, HeaderParameter(name="Idempotency-Key", required=False, max_length=200, min_length=1)
 ]
@@ -99,14 +120,38 @@ class ChunkController(Controller):
     @get(
         "/{chunk_id:uuid}",
         guards=[requires_any_role("ingest", "read")],
-        summary="A chunk's progress",
+        summary="A chunk's progress; with `wait`, once it is applied or failed (read-your-writes)",
         responses=error_responses(NotFoundError),
     )
     async def get_chunk(
         self,
         chunk_id: FromPath[uuid.UUID],
         caller: NamedDependency[Caller],
-        db_session: NamedDependency[AsyncSession],
+        sessionmaker: NamedDependency[async_sessionmaker[AsyncSession]],
+        finished_chunks: NamedDependency[FinishedChunks],
+        wait: Wait = 0.0,
     ) -> ChunkStatus:
-        chunk = await services.get_chunk(db_session, caller.tenant_id, chunk_id)
+        [chunk] = await services.finished_or_after(
+            sessionmaker, finished_chunks, caller.tenant_id, [chunk_id], wait
+        )
         return ChunkStatus.of(chunk, may_read=caller.may("read"))
+
+    @get(
+        "/",
+        guards=[requires_any_role("ingest", "read")],
+        summary="Several chunks' progress; with `wait`, once all are applied or failed",
+        responses=error_responses(NotFoundError, InvalidField),
+    )
+    async def get_chunks(
+        self,
+        caller: NamedDependency[Caller],
+        sessionmaker: NamedDependency[async_sessionmaker[AsyncSession]],
+        finished_chunks: NamedDependency[FinishedChunks],
+        chunk_id: Annotated[list[uuid.UUID], QueryParameter(min_items=1, max_items=services.MAX_STATUS_IDS)],
+        wait: Wait = 0.0,
+    ) -> ChunkStatuses:
+        chunks = await services.finished_or_after(
+            sessionmaker, finished_chunks, caller.tenant_id, list(dict.fromkeys(chunk_id)), wait
+        )
+        may_read = caller.may("read")
+        return ChunkStatuses(items=[ChunkStatus.of(chunk, may_read=may_read) for chunk in chunks])

@@ -107,6 +107,12 @@ class ChunkStatus(msgspec.Struct):
         )
 
 
+class ChunkStatuses(msgspec.Struct):
+    """Several chunks' progress, in the order asked for."""
+
+    items: list[ChunkStatus]
+
+
 class ChunkList(msgspec.Struct):
     items: list[ChunkStatus]
     next_cursor: str | None

@@ -6,18 +6,21 @@ the controllers share.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.models import Chunk
 from app.domain.ingest.repositories import ChunkRepository
 from app.domain.ingest.schemas import ChunkIn
+from app.domain.pipeline.finished import FinishedChunks
 from app.domain.pipeline.wakeups import ScopeWake, WakeReason, scope_wake
 from app.lib.errors import InvalidField, NotFoundError
 from app.lib.validation import encode_moment
@@ -70,6 +73,45 @@ def wake_ups(tenant_id: uuid.UUID, accepted: Sequence[Accepted]) -> list[ScopeWa
         scope_wake(tenant_id, user_id, WakeReason.ACCEPTED)
         for user_id in dict.fromkeys(result.user_id for result in accepted)
     ]
+
+
+# How long a status read may wait for chunks to finish, and for how many chunks at once.
+MAX_WAIT_S = 30.0
+MAX_STATUS_IDS = 100
+FINISHED = ("applied", "failed")
+
+
+async def finished_or_after(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    finished: FinishedChunks,
+    tenant_id: uuid.UUID,
+    chunk_ids: list[uuid.UUID],
+    wait_s: float,
+) -> list[Chunk]:
+    """The chunks, once all are applied or failed, or after `wait_s` as they are then (404 if one is
+    not the tenant's). No database connection is held while waiting: each read is a session of its
+    own, and the wait is for the workers' announcement (`pipeline.finished`), registered before the
+    first read so that a finish in between is not missed."""
+    if wait_s <= 0:
+        return await _read(sessionmaker, tenant_id, chunk_ids)
+    with finished.watching(chunk_ids) as done:
+        chunks = await _read(sessionmaker, tenant_id, chunk_ids)
+        if all(chunk.status in FINISHED for chunk in chunks):
+            return chunks
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait_s):
+                await asyncio.shield(done)
+    return await _read(sessionmaker, tenant_id, chunk_ids)
+
+
+async def _read(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID, chunk_ids: list[uuid.UUID]
+) -> list[Chunk]:
+    async with sessionmaker() as session:
+        found = await ChunkRepository(session).many(tenant_id, chunk_ids)
+    if len(found) < len(chunk_ids):  # one is not the tenant's (or does not exist): which, it need not know
+        raise NotFoundError("No such chunk.")
+    return [found[chunk_id] for chunk_id in chunk_ids]
 
 
 async def get_chunk(session: AsyncSession, tenant_id: uuid.UUID, chunk_id: uuid.UUID) -> Chunk:

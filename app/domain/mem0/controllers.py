@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from datetime import date
 from typing import Annotated, Any
 
+import msgspec
 from litestar import Controller, Response, Router, delete, get, post, put
 from litestar.di import NamedDependency
 from litestar.enums import ScopeType
@@ -53,6 +55,7 @@ from app.domain.mem0.schemas import (
     UpdateIn,
 )
 from app.domain.memories import services as memories
+from app.domain.memories.expiry import after_day
 from app.domain.search.services import Searcher, SearchQuery
 from app.embeddings.base import Embedder
 from app.lib.errors import (
@@ -160,7 +163,12 @@ class Mem0Controller(Controller):
         page_size: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE_SIZE)] = 100,
     ) -> MemoryPage:
         total, found = await services.page(
-            db_session, caller.tenant_id, data.filters, page=page, page_size=page_size
+            db_session,
+            caller.tenant_id,
+            data.filters,
+            page=page,
+            page_size=page_size,
+            show_expired=bool(data.show_expired),
         )
         at = f"{PREFIX}/v3/memories/?page_size={page_size}&page="
         return MemoryPage(
@@ -198,6 +206,7 @@ class Mem0Controller(Controller):
                 top_k=settings.search_max_top_k,
                 threshold=data.threshold if data.threshold is not None else 0.0,
                 mode="vector" if data.keyword_search is False else "hybrid",
+                include_expired=bool(data.show_expired),
             ),
         )
         allowed = await Mem0Repository(db_session).matching_ids(
@@ -237,13 +246,14 @@ class Mem0Controller(Controller):
         embedder: NamedDependency[Embedder],
         settings: NamedDependency[Settings],
     ) -> Mem0Memory:
-        if data.metadata is not None or data.expiration_date is not None:
+        if data.metadata is not None:
             raise InvalidField(
-                "Memstore's memories hold no metadata and do not expire; send text only.",
-                details={"field": "metadata" if data.metadata is not None else "expiration_date"},
+                "Memstore's memories hold no metadata; send text or an expiration_date.",
+                details={"field": "metadata"},
             )
-        if data.text is None:
-            raise InvalidField("text is required.", details={"field": "text"})
+        expiry = data.expiration_date
+        if data.text is None and expiry is msgspec.UNSET:
+            raise InvalidField("text or expiration_date is required.", details={"field": "text"})
         await services.live_memory(db_session, caller.tenant_id, memory_id)
         memory = await memories.edit_memory(
             db_session,
@@ -253,6 +263,8 @@ class Mem0Controller(Controller):
             tags=None,
             reason="mem0 update",
             limits=memories.ApplyLimits(max_chars=settings.max_memory_chars),
+            expires_at=after_day(expiry) if isinstance(expiry, date) else None,
+            clears_expiry=expiry is None,
             **_writing(caller, embedder),
         )
         return Mem0Memory.of(memory)

@@ -7,10 +7,12 @@ docs/mem0.md); any other field is refused (422), so a misspelt one is never sile
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
+
+from app.domain.memories import expiry
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=20_000)]
@@ -34,12 +36,13 @@ class AddIn(msgspec.Struct, forbid_unknown_fields=True):
     metadata: dict[str, Any] | None = None  # stored with the chunk
     infer: bool = True
     timestamp: UnixTime | None = None  # when it was said: the memories' date
+    # The last day the memories this add writes are shown (Mem0's YYYY-MM-DD; hidden after it, UTC).
+    expiration_date: date | None = None
     # Mem0 options Memstore ignores.
     app_id: Id | None = None
     custom_categories: Any = None
     custom_instructions: Any = None
     agent_custom_instructions: Any = None
-    expiration_date: Any = None
     structured_data_schema: Any = None
     includes: Any = None
     excludes: Any = None
@@ -73,10 +76,10 @@ class EventOut(msgspec.Struct):
 
 class ListIn(msgspec.Struct, forbid_unknown_fields=True):
     filters: dict[str, Any] | None = None
+    show_expired: bool | None = None  # also memories whose expiration date has passed
     # Mem0 options Memstore ignores.
     fields: Any = None
     latest_only: Any = None
-    show_expired: Any = None
     metadata: Any = None
 
 
@@ -86,11 +89,11 @@ class SearchIn(msgspec.Struct, forbid_unknown_fields=True):
     top_k: Annotated[int, msgspec.Meta(ge=1, le=100)] = 10
     threshold: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
     keyword_search: bool | None = None
+    show_expired: bool | None = None  # also memories whose expiration date has passed
     # Mem0 options Memstore ignores.
     rerank: Any = None
     fields: Any = None
     latest_only: Any = None
-    show_expired: Any = None
     reference_date: Any = None
     metadata: Any = None
 
@@ -111,6 +114,7 @@ class Mem0Memory(msgspec.Struct):
     version: int
     created_at: datetime
     updated_at: datetime
+    expiration_date: str | None  # the last day it is shown (YYYY-MM-DD, UTC), as Mem0 shows it
 
     @classmethod
     def of(cls, memory: Any) -> Mem0Memory:
@@ -128,6 +132,7 @@ class Mem0Memory(msgspec.Struct):
             version=memory.version,
             created_at=memory.created_at,
             updated_at=memory.updated_at,
+            expiration_date=expiry.last_day(memory.expires_at),
         )
 
 
@@ -170,7 +175,8 @@ class UpdateIn(msgspec.Struct, forbid_unknown_fields=True):
     text: Annotated[str, msgspec.Meta(min_length=1, max_length=20_000)] | None = None
     metadata: dict[str, Any] | None = None  # refused unless null: memories hold no metadata
     timestamp: Any = None  # ignored
-    expiration_date: str | None = None  # refused unless null: memories do not expire
+    # The last day the memory is shown (YYYY-MM-DD); null: never expires; left out: as it was.
+    expiration_date: date | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class BatchUpdateItem(msgspec.Struct, forbid_unknown_fields=True):

@@ -24,6 +24,8 @@ from app.domain.ingest.schemas import ChunkIn
 from app.domain.mem0.filters import compile_filters
 from app.domain.mem0.repositories import Mem0Repository
 from app.domain.mem0.schemas import AddIn, EventOut, EventResult, HistoryEntry
+from app.domain.memories.expiry import EXPIRATION_KEY
+from app.domain.memories.repositories import unexpired
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
 from app.embeddings import Embedder
 from app.lib.errors import InvalidField, MemoryChanged, NotFoundError
@@ -64,7 +66,11 @@ def scope_of(body: AddIn) -> tuple[str, str | None, str | None]:
 
 def chunk_of(body: AddIn) -> ChunkIn:
     """The chunk an add posts: its messages (dated by `timestamp`), metadata, and, with `infer=false`,
-    the verbatim writer, which stores each message as it was said."""
+    the verbatim writer, which stores each message as it was said. An `expiration_date` goes into the
+    metadata (where Mem0's own library keeps it), and the memories the chunk adds expire after it."""
+    metadata = dict(body.metadata or {})
+    if body.expiration_date is not None:
+        metadata[EXPIRATION_KEY] = body.expiration_date.isoformat()
     user_id, agent_id, run_id = scope_of(body)
     said = None if body.timestamp is None else datetime.fromtimestamp(body.timestamp, UTC).isoformat()
     chunk = {
@@ -74,7 +80,7 @@ def chunk_of(body: AddIn) -> ChunkIn:
         "messages": [
             {"role": m.role, "content": m.content, "name": m.name, "created_at": said} for m in body.messages
         ],
-        "metadata": body.metadata or {},
+        "metadata": metadata,
         "writer": None if body.infer else VERBATIM,
     }
     try:
@@ -114,9 +120,17 @@ def condition_of(filters: dict[str, Any] | None) -> ColumnElement[bool]:
 
 
 async def page(
-    session: AsyncSession, tenant_id: uuid.UUID, filters: dict[str, Any] | None, *, page: int, page_size: int
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    filters: dict[str, Any] | None,
+    *,
+    page: int,
+    page_size: int,
+    show_expired: bool = False,
 ) -> tuple[int, Sequence[Memory]]:
     condition = condition_of(filters)
+    if not show_expired:
+        condition = condition & unexpired(Memory.expires_at)
     repo = Mem0Repository(session)
     total = await repo.count(tenant_id, condition)
     return total, await repo.page(tenant_id, condition, offset=(page - 1) * page_size, limit=page_size)

@@ -56,6 +56,9 @@ class MemoryController(Controller):
         as_of: Annotated[
             Moment | None, QueryParameter(description="The bank as it stood at this time.")
         ] = None,
+        include_expired: Annotated[
+            bool, QueryParameter(description="Also the memories whose expires_at has passed.")
+        ] = False,
     ) -> MemoryList:
         page = await services.list_memories(
             db_session,
@@ -66,6 +69,7 @@ class MemoryController(Controller):
             cursor=cursor,
             limit=limit,
             as_of=as_of,
+            include_expired=include_expired,
         )
         return MemoryList(items=[MemoryOut.of(m) for m in page.items], next_cursor=page.next_cursor)
 
@@ -124,6 +128,8 @@ class MemoryController(Controller):
             request_id=caller.request_id,
             embedder=embedder,
             limits=services.ApplyLimits(max_chars=settings.max_memory_chars),
+            expires_at=data.expires_at.plain() if isinstance(data.expires_at, Moment) else None,
+            clears_expiry=data.expires_at is None,
         )
         return _written(caller, memory)
 

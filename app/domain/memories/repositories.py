@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, any_, bindparam, func, insert, select, text, true, tuple_
+from sqlalchemy import ColumnElement, Table, any_, bindparam, func, insert, or_, select, text, true, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -24,7 +24,7 @@ CHANGESETS = cast("Table", Changeset.__table__)
 
 # Built once: the worker runs these for every chunk.
 _m = MEMORIES.c
-_STATE = (_m.id, _m.version, _m.status, _m.content, _m.tags, _m.owner, _m.memory_at)
+_STATE = (_m.id, _m.version, _m.status, _m.content, _m.tags, _m.owner, _m.memory_at, _m.expires_at)
 _UUIDS = ARRAY(UUID(as_uuid=True))
 _LOCK_STATES = (
     select(_m.tenant_id, _m.user_id, *_STATE)
@@ -35,6 +35,12 @@ _LOCK_STATES = (
     .order_by(_m.id)
     .with_for_update()
 )
+
+
+def unexpired(expires_at: Any, at: Any = None) -> ColumnElement[bool]:
+    """Whether a memory's `expires_at` column is still in the future at `at` (default: the transaction's
+    time): the condition every read that hides expired memories adds to its own statement."""
+    return or_(expires_at.is_(None), expires_at > (func.now() if at is None else at))
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class MemoryState:
     tags: tuple[str, ...]
     owner: str
     memory_at: datetime | None
+    expires_at: datetime | None = None
 
     def state(self) -> dict[str, Any]:
         return {
@@ -56,6 +63,7 @@ class MemoryState:
             "owner": self.owner,
             "status": self.status,
             "memory_at": self.memory_at,
+            "expires_at": self.expires_at,
         }
 
     def change(self, changeset_id: uuid.UUID, **values: Any) -> dict[str, Any]:
@@ -69,6 +77,7 @@ class MemoryState:
             "b_tags": values.get("tags", list(self.tags)),
             "b_embedding": values.get("embedding"),
             "b_memory_at": values.get("memory_at"),
+            "b_expires_at": values.get("expires_at", self.expires_at),
         }
 
 
@@ -83,6 +92,7 @@ class VersionState:
     tags: tuple[str, ...]
     owner: str
     memory_at: datetime | None
+    expires_at: datetime | None = None
 
     @classmethod
     def of(cls, row: Any) -> VersionState:
@@ -94,15 +104,17 @@ class VersionState:
             tuple(row.tags),
             row.owner,
             row.memory_at,
+            row.expires_at,
         )
 
     def same_state(self, other: VersionState) -> bool:
-        return (self.status, self.content, self.tags, self.owner, self.memory_at) == (
+        return (self.status, self.content, self.tags, self.owner, self.memory_at, self.expires_at) == (
             other.status,
             other.content,
             other.tags,
             other.owner,
             other.memory_at,
+            other.expires_at,
         )
 
 
@@ -126,6 +138,7 @@ class MemoryAsOf:
     memory_at: datetime | None
     changeset_id: uuid.UUID | None
     updated_at: datetime
+    expires_at: datetime | None = None
     embedding: list[float] | None = None
 
 
@@ -150,6 +163,7 @@ def in_force_at(as_of: datetime) -> Any:
             v.c.memory_at,
             v.c.changeset_id,
             v.c.created_at,
+            v.c.expires_at,
         )
         .where(v.c.memory_id == _m.id, v.c.created_at <= as_of)
         .order_by(v.c.version.desc())
@@ -174,7 +188,8 @@ def effective_embedding(memory_id: Any, version: Any) -> Any:
 # Per (tenant, user, vector): the scope's nearest active memory, exact. Ordering by `distance + 0`
 # keeps the planner on the scope's B-tree: ordered by the bare distance, it may walk the tenant-wide
 # HNSW graph looking for this user's rows instead, which is slower, and a filtered graph walk can come
-# back empty, so a duplicate would go unnoticed. Vectors travel as text and are cast once each.
+# back empty, so a duplicate would go unnoticed. Vectors travel as text and are cast once each. An
+# expired memory is not one: what it said may be said again, and stored.
 CLOSEST_ACTIVE = text(
     "SELECT q.ord, m.id, m.distance, m.content"
     " FROM unnest(CAST(:p_tenant_ids AS uuid[]), CAST(:p_user_ids AS text[]),"
@@ -182,7 +197,8 @@ CLOSEST_ACTIVE = text(
     " CROSS JOIN LATERAL (SELECT memories.id, memories.content, memories.embedding <=> q.v AS distance"
     " FROM memories"
     " WHERE memories.tenant_id = q.tenant_id AND memories.user_id = q.user_id"
-    " AND memories.status = 'active' ORDER BY (memories.embedding <=> q.v) + 0 LIMIT :p_k) AS m"
+    " AND memories.status = 'active' AND (memories.expires_at IS NULL OR memories.expires_at > now())"
+    " ORDER BY (memories.embedding <=> q.v) + 0 LIMIT :p_k) AS m"
     " ORDER BY q.ord, m.distance"
 )
 
@@ -205,9 +221,13 @@ class MemoryRepository:
         statuses: Sequence[str] | None,
         after: tuple[datetime, uuid.UUID] | None,
         limit: int,
+        include_expired: bool = False,
     ) -> Sequence[Memory]:
-        """A page of a scope's memories, oldest first, keyset-paginated on (created_at, id)."""
+        """A page of a scope's memories, oldest first, keyset-paginated on (created_at, id); those
+        whose time has passed only with `include_expired`."""
         stmt = select(Memory).where(Memory.tenant_id == tenant_id, Memory.user_id == user_id)
+        if not include_expired:
+            stmt = stmt.where(unexpired(_m.expires_at))
         if agent_id is not None:
             stmt = stmt.where(Memory.agent_id == agent_id)
         if statuses is not None:
@@ -228,8 +248,10 @@ class MemoryRepository:
         after: tuple[datetime, uuid.UUID] | None = None,
         limit: int | None = None,
         with_embedding: bool = False,
+        include_expired: bool = False,
     ) -> list[MemoryAsOf]:
-        """The scope's memories as they stood at `as_of` (from their versions), oldest first.
+        """The scope's memories as they stood at `as_of` (from their versions), oldest first; those
+        whose version then in force had expired by `as_of` only with `include_expired`.
 
         `embedding` (if asked for) is the vector the version then in force was searched by.
         Keyset-paginated on (created_at, id) like `page`.
@@ -249,6 +271,7 @@ class MemoryRepository:
             heads.c.memory_at,
             heads.c.changeset_id,
             heads.c.created_at.label("updated_at"),
+            heads.c.expires_at,
         ]
         if with_embedding:
             columns.append(effective_embedding(heads.c.memory_id, heads.c.version).label("embedding"))
@@ -261,6 +284,8 @@ class MemoryRepository:
             stmt = stmt.where(_m.agent_id == agent_id)
         if statuses is not None:
             stmt = stmt.where(heads.c.status.in_(list(statuses)))
+        if not include_expired:
+            stmt = stmt.where(unexpired(heads.c.expires_at, as_of))
         if after is not None:
             stmt = stmt.where(tuple_(_m.created_at, _m.id) > tuple_(*after))
         stmt = stmt.order_by(_m.created_at, _m.id)
@@ -315,7 +340,7 @@ class MemoryRepository:
         rows = await self.session.execute(_LOCK_STATES, params)
         return {
             (r.tenant_id, r.user_id, r.id): MemoryState(
-                r.id, r.version, r.status, r.content, tuple(r.tags), r.owner, r.memory_at
+                r.id, r.version, r.status, r.content, tuple(r.tags), r.owner, r.memory_at, r.expires_at
             )
             for r in rows
             if (r.tenant_id, r.id) in wanted

@@ -9,6 +9,7 @@ from typing import Annotated
 import msgspec
 
 from app.lib.schemas import Out
+from app.lib.validation import Moment
 
 
 class MemoryOut(Out):
@@ -24,6 +25,7 @@ class MemoryOut(Out):
     memory_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    expires_at: datetime | None = None  # hidden from reads from this time on (null: never)
 
 
 class MemoryWritten(Out, forbid_unknown_fields=True):
@@ -59,6 +61,7 @@ class VersionOut(Out):
     superseded_by: uuid.UUID | None
     owner: str
     memory_at: datetime | None
+    expires_at: datetime | None = None
 
 
 class HistoryOut(msgspec.Struct):
@@ -70,8 +73,10 @@ Tag = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
 
 
 class MemoryPatch(msgspec.Struct, forbid_unknown_fields=True):
-    """A hand edit: new content and/or tags (tags replace the old ones when given and non-empty)."""
+    """A hand edit: new content and/or tags (tags replace the old ones when given and non-empty), and
+    when the memory expires (`null`: never; left out: as it was)."""
 
     content: Annotated[str, msgspec.Meta(min_length=1, max_length=20_000)] | None = None
     tags: Annotated[list[Tag], msgspec.Meta(max_length=50)] | None = None
     reason: Annotated[str, msgspec.Meta(max_length=2_000)] | None = None
+    expires_at: Moment | msgspec.UnsetType | None = msgspec.UNSET

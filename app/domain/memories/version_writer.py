@@ -45,7 +45,8 @@ _INSERT_HEADS = insert(MEMORIES)
 _INSERT_VERSIONS = insert(VERSIONS)
 
 # A head moved to its next version: an UPDATE keeps the old vector (and the memory's date) unless it
-# brings a new one. Parameters: `MemoryState.change`.
+# brings a new one; the expiry is always the new version's (NULL clears it). Parameters:
+# `MemoryState.change`.
 _MOVE_HEADS = (
     update(MEMORIES)
     .where(_m.id == bindparam("b_id"))
@@ -59,6 +60,7 @@ _MOVE_HEADS = (
         in_graph=False,
         embedding=func.coalesce(bindparam("b_embedding", type_=_m.embedding.type), _m.embedding),
         memory_at=func.coalesce(bindparam("b_memory_at", type_=_m.memory_at.type), _m.memory_at),
+        expires_at=bindparam("b_expires_at", type_=_m.expires_at.type),
     )
 )
 
@@ -71,9 +73,9 @@ _INSERT_RESTORED = text(
     """
     INSERT INTO memory_versions (
         tenant_id, user_id, memory_id, version, op, content, tags, owner, status, memory_at,
-        embedding, changeset_id, actor, reason)
+        expires_at, embedding, changeset_id, actor, reason)
     SELECT tv.tenant_id, tv.user_id, tv.memory_id, p.new_version, :op, tv.content, tv.tags, tv.owner,
-           p.status, tv.memory_at,
+           p.status, tv.memory_at, tv.expires_at,
            COALESCE(CAST(f.vector AS vector), CASE WHEN tv.content = m.content THEN m.embedding END,
                tv.embedding, (
                SELECT e.embedding FROM memory_versions e
@@ -104,7 +106,7 @@ _MOVE_HEADS_TO_CHANGESET = text(
     """
     UPDATE memories m
     SET version = nv.version, status = nv.status, content = nv.content, tags = nv.tags,
-        owner = nv.owner, memory_at = nv.memory_at, embedding = nv.embedding,
+        owner = nv.owner, memory_at = nv.memory_at, expires_at = nv.expires_at, embedding = nv.embedding,
         changeset_id = nv.changeset_id, updated_at = now(), in_graph = false
     FROM memory_versions nv
     WHERE nv.changeset_id = :changeset_id AND m.id = nv.memory_id

@@ -34,6 +34,7 @@ from app.domain.audit.services import event_row
 from app.domain.memories.services import ApplyOutcome, ApplyRequest, Vectors, apply_many
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.domain.provenance.repositories import WriterViewRepository
+from app.domain.webhooks.events import Announcement, announce
 from app.lib import metrics, tracing
 from app.lib.errors import is_db_outage
 
@@ -196,11 +197,39 @@ class Applier:
                     for review_id in outcome.reviews
                 )
             await AuditRepository(session).insert_many(events)
+            # The webhooks' outbox: one statement for the batch (`webhooks.events`).
+            await announce(session, [announcement(r, o) for r, o in zip(live, outcomes, strict=True)])
             await session.commit()
         by_chunk: dict[uuid.UUID, ApplyOutcome] = {
             r.chunk.id: outcome for r, outcome in zip(live, outcomes, strict=True)
         }
         return [by_chunk.get(r.chunk.id) for r in results]
+
+
+def announcement(result: Result, outcome: ApplyOutcome) -> Announcement:
+    """The webhooks' events of an applied chunk: its changeset's (`memory.*`, `review.held`), then
+    `chunk.applied`."""
+    chunk, provenance = result.chunk, result.request.provenance
+    return Announcement(
+        tenant_id=chunk.tenant_id,
+        user_id=chunk.user_id,
+        type="chunk.applied",
+        data={
+            "chunk_id": str(chunk.id),
+            "user_id": chunk.user_id,
+            "agent_id": chunk.agent_id,
+            "run_id": chunk.run_id,
+            "seq": chunk.seq,
+            "changeset_id": str(outcome.changeset_id),
+            "writer": provenance.writer,
+            "model": provenance.model,
+            "profile": provenance.profile,
+            "applied": outcome.applied,
+            "guards": len(outcome.guards),
+            "held": len(outcome.reviews),
+        },
+        changeset_id=outcome.changeset_id,
+    )
 
 
 def writer_view(result: Result, outcome: ApplyOutcome) -> dict[str, Any]:

@@ -61,6 +61,8 @@ _ROW = (
     _c.available_at,
     _c.received_at,
     _c.trace_parent,
+    # the last day the memories it adds are shown (a Mem0 add's; `memories.expiry`), not the metadata
+    _c["metadata"]["expiration_date"].astext.label("expiration_date"),
 )
 
 # The backend holding the scope's advisory lock is still the one that took it (see `locks`). Checked
@@ -252,6 +254,7 @@ class ChunkRow:
     available_at: datetime
     received_at: datetime
     trace_parent: str | None = None  # the trace its processing continues (`app.lib.tracing`)
+    expiration_date: str | None = None  # its metadata's `expiration_date`, if any
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ chunk — with the approver as its actor. Both decisions are audited.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,6 +19,7 @@ from app.db.models import Review
 from app.domain.audit.services import Actor, record_event
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
 from app.domain.reviews.repositories import ReviewRepository
+from app.domain.webhooks.events import Announcement, announce
 from app.embeddings import Embedder
 from app.lib import tracing
 from app.lib.errors import MemoryChanged, NotFoundError, ReviewDecided
@@ -40,7 +42,9 @@ async def _pending(session: AsyncSession, tenant_id: uuid.UUID, review_id: uuid.
 
 
 def _op(review: Review) -> Op:
+    """The held op as the writer proposed it (`Op.as_json`), its expiry included."""
     held = review.op
+    expires_at = held.get("expires_at")
     return Op(
         OpKind(held["op"]),
         held.get("content"),
@@ -48,6 +52,7 @@ def _op(review: Review) -> Op:
         tags=tuple(held.get("tags") or ()),
         owner=held.get("owner") or "user",
         reason=held.get("reason"),
+        expires_at=datetime.fromisoformat(expires_at) if isinstance(expires_at, str) else None,
     )
 
 
@@ -109,6 +114,7 @@ async def approve(
         review, status="approved", actor=who.actor, reason=who.reason, changeset_id=outcome.changeset_id
     )
     await _audit(session, review, who, "review.approved", {"changeset_id": str(outcome.changeset_id)})
+    await _announce(session, review, "approved", who, outcome.changeset_id)
     await session.refresh(review)
     return review
 
@@ -119,6 +125,7 @@ async def reject(session: AsyncSession, tenant_id: uuid.UUID, review_id: uuid.UU
     review = await _pending(session, tenant_id, review_id)
     await ReviewRepository(session).decide(review, status="rejected", actor=who.actor, reason=who.reason)
     await _audit(session, review, who, "review.rejected", {})
+    await _announce(session, review, "rejected", who, None)
     await session.refresh(review)
     return review
 
@@ -144,4 +151,35 @@ async def _audit(
             "reason": who.reason,
             **extra,
         },
+    )
+
+
+async def _announce(
+    session: AsyncSession, review: Review, decision: str, who: Actor, changeset_id: uuid.UUID | None
+) -> None:
+    """`review.decided`, after the `memory.*` events of the approval's changeset (if any)."""
+    await announce(
+        session,
+        [
+            Announcement(
+                tenant_id=review.tenant_id,
+                user_id=review.user_id,
+                type="review.decided",
+                data={
+                    "review_id": str(review.id),
+                    "user_id": review.user_id,
+                    "decision": decision,
+                    "decided_by": who.actor,
+                    "reason": who.reason,
+                    "op": review.op.get("op"),
+                    "memory_ids": [t["memory_id"] for t in review.targets],
+                    "held_by_changeset_id": str(review.changeset_id),
+                    "changeset_id": str(changeset_id) if changeset_id else None,
+                    "chunk_id": str(review.chunk_id) if review.chunk_id else None,
+                    "writer": review.writer,
+                    "model": review.model,
+                },
+                changeset_id=changeset_id,
+            )
+        ],
     )

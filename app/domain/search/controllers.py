@@ -49,6 +49,7 @@ class SearchController(Controller):
             tags=tuple(data.tags),
             mode=data.mode,
             all_users=data.all_users,
+            include_expired=data.include_expired,
         )
         hits = await searcher.search(db_session, caller.tenant_id, query)
         return SearchOut(results=[_result(h) for h in hits])

@@ -42,7 +42,7 @@ _QUERY = "CAST(:embedding AS vector)"
 _AS_OF_BANK = """
 bank AS (
     SELECT v.memory_id AS id, v.tenant_id, v.user_id, m.agent_id, m.run_id, v.content, v.tags, v.owner,
-           v.memory_at, v.status, v.version,
+           v.memory_at, v.status, v.version, v.expires_at,
            -- the memory's current vector while the text is the same (it follows a re-embedding);
            -- else the version's, or, for a version that changed no text, the last one written
            CASE WHEN v.content = m.content THEN m.embedding ELSE coalesce(v.embedding, (
@@ -58,18 +58,25 @@ bank AS (
         ORDER BY memory_id, version DESC
     ) v
     JOIN memories m ON m.id = v.memory_id
-    WHERE v.status = 'active'
+    WHERE v.status = 'active'{expiry_filter}
 )"""
 
 
-# Per query vector (each cast once), the exact route of a vector-only search of one scope.
+# Not expired by the time the bank is read as of.
+_UNEXPIRED_AS_OF = " AND (v.expires_at IS NULL OR v.expires_at > :as_of)"
+
+
+# Per query vector (each cast once), the exact route of a vector-only search of one scope: the writer's
+# candidates, which never include an expired memory.
 _NEAREST_IN_SCOPE = text(
     """SELECT q.ord, b.id, b.user_id, b.agent_id, b.run_id, b.content, b.tags, b.owner, b.status, b.version,
-       b.memory_at, b.created_at, b.updated_at, 1 - v.distance AS score, 1 - v.distance AS similarity
+       b.memory_at, b.created_at, b.updated_at, b.expires_at, 1 - v.distance AS score,
+       1 - v.distance AS similarity
 FROM unnest(CAST(CAST(:embeddings AS text[]) AS vector[])) WITH ORDINALITY AS q(e, ord)
 CROSS JOIN LATERAL (
     SELECT id, embedding <=> q.e AS distance FROM memories
     WHERE tenant_id = :tenant_id AND user_id = :user_id AND status = 'active' AND embedding IS NOT NULL
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY (embedding <=> q.e) + 0 LIMIT :top_k
 ) v
 JOIN memories b ON b.id = v.id
@@ -95,6 +102,7 @@ class Hit:
     updated_at: datetime
     score: float
     similarity: float | None
+    expires_at: datetime | None = None
 
 
 # BM25's term-frequency saturation and length normalisation: Anserini's defaults, which also ranked
@@ -110,7 +118,7 @@ Fusion = Literal["relative", "rrf"]
 
 
 @lru_cache(maxsize=256)
-def _statement(
+def _statement(  # noqa: PLR0912  (one branch per option)
     source: Source,
     vector: bool,
     lexical: bool,
@@ -119,6 +127,7 @@ def _statement(
     tags: bool,
     threshold: bool,
     fusion: Fusion = "relative",
+    include_expired: bool = False,
 ) -> TextClause:
     """The search statement for one combination of options (built once per combination)."""
     ctes: list[str] = []
@@ -128,6 +137,7 @@ def _statement(
         ctes.append(
             _AS_OF_BANK.format(
                 user_filter="AND user_id = :user_id" if scoped else "",
+                expiry_filter="" if include_expired else _UNEXPIRED_AS_OF,
                 lexemes=", to_tsvector('english'::regconfig, v.content) AS lexemes" if lexical else "",
             )
         )
@@ -141,6 +151,9 @@ def _statement(
             # lexical half reads the scope (or the GIN index) either way.
             filters.append("user_id || '' = :user_id" if source == "hnsw" else "user_id = :user_id")
             lex_filters.append("user_id = :user_id")
+        if not include_expired:  # checked on the rows the scope, graph or GIN index yields
+            filters.append("(expires_at IS NULL OR expires_at > now())")
+            lex_filters.append("(expires_at IS NULL OR expires_at > now())")
     if agent:
         filters.append("agent_id = :agent_id")
         lex_filters.append("agent_id = :agent_id")
@@ -211,7 +224,7 @@ lex AS (
         score = "found.rank"
     sql = f"""WITH {", ".join(ctes)}
 SELECT b.id, b.user_id, b.agent_id, b.run_id, b.content, b.tags, b.owner, b.status, b.version,
-       b.memory_at, b.created_at, b.updated_at, {score} AS score, {similarity} AS similarity
+       b.memory_at, b.created_at, b.updated_at, b.expires_at, {score} AS score, {similarity} AS similarity
 FROM found JOIN {relation} b ON b.id = found.id AND b.tenant_id = :tenant_id
 ORDER BY score DESC, found.distance NULLS LAST, b.created_at, b.id
 LIMIT :top_k"""
@@ -312,6 +325,7 @@ class SearchRepository:
         agent_id: str | None,
         tags: Sequence[str],
         as_of: datetime | None,
+        include_expired: bool = False,
     ) -> list[Hit]:
         """The best `top_k` of the source: by vector, by BM25 over `words` (the query's content words,
         letters and digits only), or both fused."""
@@ -327,6 +341,7 @@ class SearchRepository:
             bool(tags),
             threshold is not None,
             fusion,
+            include_expired,
         )
         params: dict[str, Any] = {
             "tenant_id": tenant_id,
@@ -381,4 +396,5 @@ def _hit(r: Any) -> Hit:
         updated_at=r.updated_at,
         score=float(r.score),
         similarity=None if r.similarity is None else float(r.similarity),
+        expires_at=r.expires_at,
     )

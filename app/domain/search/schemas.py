@@ -34,6 +34,7 @@ class SearchIn(msgspec.Struct, forbid_unknown_fields=True):
     tags: Annotated[list[Id], msgspec.Meta(max_length=50)] = msgspec.field(default_factory=list)
     mode: SearchMode = "hybrid"
     all_users: bool = False  # every user of the tenant (approximate, through the HNSW index)
+    include_expired: bool = False  # also memories whose expires_at has passed
 
 
 class SearchResult(msgspec.Struct):

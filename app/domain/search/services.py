@@ -83,6 +83,7 @@ class SearchQuery:
     tags: tuple[str, ...] = ()
     mode: SearchMode = "hybrid"
     all_users: bool = False
+    include_expired: bool = False  # also memories whose expires_at has passed (at `as_of`, or now)
 
 
 @dataclass
@@ -210,6 +211,7 @@ class Searcher:
             agent_id=query.agent_id,
             tags=query.tags,
             as_of=query.as_of,
+            include_expired=query.include_expired,
         )
         if vector and words and self.settings.search_fusion == "rrf":
             # The fused score as a share of the best possible (first in both rankings).

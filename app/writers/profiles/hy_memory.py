@@ -18,7 +18,9 @@ prompts, DELETE. An answer that cannot be read even after a repair request adds 
 as the framework does, and says so on the changeset (`reconcile_unreadable`).
 
 `intentions` become memories of their own, not reconciled (the framework stores them apart), their
-`valid_until` kept in the version's reason; `basic_info` fields become one memory each, replacing the
+`valid_until` kept in the version's reason and, read as the framework reads it (a date, or a time
+whose day counts, to that day's end, UTC when it names no zone), as the memory's expiry: a plan whose
+day has passed is no longer shown; `basic_info` fields become one memory each, replacing the
 field's earlier memory when the value changed. What differs from the framework is listed in
 docs/writers.md; `tests/integration/writers/test_protocol_fidelity.py` holds this module to it.
 """
@@ -30,7 +32,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +262,19 @@ def _items(value: Any, key: str) -> list[Extracted]:
     return found
 
 
+def expiry_of(valid_until: str | None) -> datetime | None:
+    """When an intention valid until `valid_until` expires: the end of that day (the framework pins it
+    to 23:59:59 and expires it after), UTC unless it names a zone; None when it is no date."""
+    if valid_until is None:
+        return None
+    try:
+        day = datetime.fromisoformat(valid_until)
+        day = day if day.tzinfo is not None else day.replace(tzinfo=UTC)
+        return day.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    except (ValueError, OverflowError):
+        return None
+
+
 def parse_extract(value: Any) -> Extraction:
     if not isinstance(value, dict):
         msg = 'expected a JSON object with a "memory" list'
@@ -426,6 +441,7 @@ class HyMemoryProfile:
                 tags=i.tags,
                 owner=i.owner,
                 reason=f"intention, valid until {i.valid_until}" if i.valid_until else "intention",
+                expires_at=expiry_of(i.valid_until),
             )
             for i in extraction.intentions
         ]

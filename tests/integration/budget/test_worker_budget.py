@@ -55,7 +55,7 @@ PG_OFFLINE = {
     # for near duplicates (in its transaction).
     "execute SELECT FROM unnest, memories": 2,
     # The apply's transaction (`Applier`): the chunk marked applied, its changeset, the memory, its
-    # version, what the writer was shown, the audit event.
+    # version, what the writer was shown, the audit event, the webhooks' outbox.
     "query BEGIN": 1,
     "execute UPDATE chunks": 1,
     "execute INSERT INTO changesets": 1,
@@ -63,6 +63,9 @@ PG_OFFLINE = {
     "execute INSERT INTO memory_versions": 1,
     "execute INSERT INTO writer_views": 1,
     "execute INSERT INTO audit_events": 1,
+    # The webhooks' outbox (`webhooks.events.announce`): one statement per group commit, whatever its
+    # size; for a tenant without an enabled endpoint it writes nothing.
+    "execute WITH FROM unnest, webhook_endpoints, item, memory_versions, reviews, src, event": 1,
     "query COMMIT": 1,
     "execute SELECT pg_advisory_unlock": 1,  # the lock given back
     "execute SELECT FROM chunks": 1,  # a last look for a chunk that arrived while the lock was held
@@ -72,6 +75,9 @@ PG_SIMPLE = {**PG_OFFLINE, "execute SELECT FROM unnest, memories": 1}
 REDIS_WORKER = {
     # The scope's drain generation moved on (`next_drain`): later wake-ups make the next job.
     "pipeline[INCRBY, EXPIRE]": 1,
+    # The chunk announced finished to the API processes' waiting reads (`pipeline.finished`): one
+    # PUBLISH for the chunks finished in the same turn of the event loop (here: one).
+    "PUBLISH": 1,
 }
 # The embedder: the new memory's text, embedded once (one model run, one text) before the apply. The
 # offline writer's candidate search embeds that same text first, so the apply's embedding of it is

@@ -116,8 +116,10 @@ CROSS_TENANT_FUNCTIONS = {
     "memstore_shadow_backlog": "reads chunks of every shadow bank (/metrics)",
     "memstore_operator_status": "reads chunks, reviews, audit_events of every tenant, one probe each",
     "memstore_failed_chunks": "reads failed chunks of every tenant, one probe each",
-    "memstore_writer_stats": "reads changesets joined to chunks by chunk id alone, every tenant",
+    "memstore_writer_stats": "reads changesets joined to chunks on (tenant_id, id), every tenant",
     "memstore_operator_gauges": "reads reviews and audit_events of every tenant",
+    "memstore_webhook_due_tenants": "reads pending webhook_deliveries of every tenant (the delivery job)",
+    "memstore_delete_webhook": "deletes one endpoint of the tenants the connection is set to",
 }
 
 # Keys (constraints, and unique indexes that back none) of the public schema's tables, with their

@@ -24,6 +24,9 @@ EXPECTED_TABLES = {
     "reviews",
     "writer_views",
     "graph_scopes",
+    "webhook_endpoints",
+    "webhook_events",
+    "webhook_deliveries",
 }
 
 
@@ -59,4 +62,4 @@ async def test_upgrade_downgrade_upgrade_and_check(servers: Servers) -> None:
 
 
 def test_single_head() -> None:
-    assert migrate.head_revision() == "0014"
+    assert migrate.head_revision() == "0016"

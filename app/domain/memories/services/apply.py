@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -45,6 +45,9 @@ from app.domain.reviews.repositories import ReviewRepository
 from app.embeddings import Embedder
 from app.writers.base import Op
 
+# The expiry of a memory as shown: not known, so no UPDATE that sets or clears one is left unembedded.
+_UNKNOWN_EXPIRY = datetime.min.replace(tzinfo=UTC)
+
 
 def texts_to_embed(requests: Sequence[ApplyRequest]) -> list[str]:
     """The texts `apply_many` may store for `requests`, once each: those of the ops the guards let
@@ -62,6 +65,7 @@ def texts_to_embed(requests: Sequence[ApplyRequest]) -> list[str]:
                 shown.tags,
                 "user",  # no guard reads the owner
                 shown.memory_at,
+                _UNKNOWN_EXPIRY,  # so an UPDATE that sets or clears one counts as a change
             )
             for shown in request.shown.values()
         }

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -13,6 +14,7 @@ from app.domain.memories.services.apply import apply_ops
 from app.domain.memories.services.guards import storable
 from app.domain.memories.services.reads import get_memory
 from app.domain.memories.services.requests import ApplyLimits, Provenance, Shown, Vectors
+from app.domain.webhooks.events import Announcement, announce
 from app.embeddings import Embedder
 from app.lib import tracing
 from app.lib.errors import InvalidField, MemoryChanged, MemoryNotActive
@@ -31,8 +33,11 @@ async def edit_memory(
     request_id: str | None,
     embedder: Embedder,
     limits: ApplyLimits | None = None,
+    expires_at: datetime | None = None,
+    clears_expiry: bool = False,
 ) -> Memory:
     """A hand edit: a new version (op UPDATE) under a `manual` changeset, attributed to `actor`.
+    `expires_at` sets when the memory expires, `clears_expiry` makes it never expire; neither keeps it.
 
     A new text is embedded before the request's first statement, so no transaction is open while the
     embedder answers; a tags-only edit keeps the text, and with it the memory's stored vector.
@@ -46,11 +51,24 @@ async def edit_memory(
     memory = await get_memory(session, tenant_id, memory_id)
     _must_be_active(memory)  # even for an edit that changes nothing: a deleted memory is not edited
     text = memory.content if new_text is None else new_text
-    if text == memory.content and (not tags or list(tags) == list(memory.tags)):
+    expiry = memory.expires_at if expires_at is None and not clears_expiry else expires_at
+    if (
+        text == memory.content
+        and (not tags or list(tags) == list(memory.tags))
+        and expiry == memory.expires_at
+    ):
         return memory  # nothing to change (empty tags keep the memory's); no version for it
     if vectors is None and memory.embedding is not None:
         vectors = {memory.content: [float(v) for v in memory.embedding]}
-    op = Op(OpKind.UPDATE, text, targets=(0,), tags=tuple(tags or ()), reason=reason)
+    op = Op(
+        OpKind.UPDATE,
+        text,
+        targets=(0,),
+        tags=tuple(tags or ()),
+        reason=reason,
+        expires_at=expires_at,
+        clears_expiry=clears_expiry,
+    )
     return await _manual_write(
         session, memory, op, "memory.updated", actor, request_id, embedder, limits, vectors
     )
@@ -129,6 +147,11 @@ async def _manual_write(
         target_id=str(memory.id),
         request_id=request_id,
         summary={"changeset_id": str(outcome.changeset_id), "version": memory.version + 1},
+    )
+    # The webhooks' `memory.*` events of the edit (`webhooks.events`), in its transaction.
+    await announce(
+        session,
+        [Announcement(tenant_id=memory.tenant_id, user_id=memory.user_id, changeset_id=outcome.changeset_id)],
     )
     await session.refresh(memory)
     return memory

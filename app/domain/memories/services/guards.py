@@ -26,6 +26,13 @@ def guard(guards: list[dict[str, Any]], name: str, index: int, op: Op, detail: s
 WRITES_CONTENT = (OpKind.ADD, OpKind.SUPERSEDE, OpKind.UPDATE)
 
 
+def expiry_after(op: Op, target: MemoryState) -> datetime | None:
+    """The expiry an UPDATE of `target` leaves: the op's, none if it clears it, else the target's."""
+    if op.expires_at is not None:
+        return op.expires_at
+    return None if op.clears_expiry else target.expires_at
+
+
 def storable(text: str, limits: ApplyLimits) -> bool:
     """Whether `text` (stripped) may be stored as a memory's content."""
     return bool(text) and len(text) <= limits.max_chars and "\x00" not in text
@@ -112,6 +119,7 @@ def check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
             op.kind is OpKind.UPDATE
             and targets[0].content == (op.content or "").strip()
             and (not op.tags or tuple(op.tags) == targets[0].tags)
+            and expiry_after(op, targets[0]) == targets[0].expires_at
         ):
             guard(guards, "unchanged", index, op, "UPDATE repeats the current content")
             continue

@@ -25,8 +25,10 @@ async def list_memories(
     cursor: str | None,
     limit: int,
     as_of: datetime | None = None,
+    include_expired: bool = False,
 ) -> Page[Memory | MemoryAsOf]:
-    """A page of the scope's memories as they stand now, or as they stood at `as_of`."""
+    """A page of the scope's memories as they stand now, or as they stood at `as_of`; those expired
+    (now, or at `as_of`) only with `include_expired`."""
     statuses = None if status == "all" else [status]
     after = decode_keyset(cursor) if cursor else None
     repo = MemoryRepository(session)
@@ -34,9 +36,24 @@ async def list_memories(
     async def fetch(n: int) -> Sequence[Memory | MemoryAsOf]:
         if as_of is not None:
             return await repo.bank_as_of(
-                tenant_id, user_id, as_of, agent_id=agent_id, statuses=statuses, after=after, limit=n
+                tenant_id,
+                user_id,
+                as_of,
+                agent_id=agent_id,
+                statuses=statuses,
+                after=after,
+                limit=n,
+                include_expired=include_expired,
             )
-        return await repo.page(tenant_id, user_id, agent_id=agent_id, statuses=statuses, after=after, limit=n)
+        return await repo.page(
+            tenant_id,
+            user_id,
+            agent_id=agent_id,
+            statuses=statuses,
+            after=after,
+            limit=n,
+            include_expired=include_expired,
+        )
 
     return await paged(fetch, limit, cursor_after)
 

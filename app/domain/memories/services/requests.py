@@ -85,3 +85,5 @@ class ApplyRequest:
     guards: Sequence[dict[str, Any]] = ()
     changeset_id: uuid.UUID = field(default_factory=uuid.uuid4)
     limits: ApplyLimits = field(default_factory=ApplyLimits)
+    # When the memories this request adds expire, unless their op says (a chunk's expiration date).
+    expires_at: datetime | None = None

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.domain.memories.repositories import MemoryState
-from app.domain.memories.services.guards import Plan, guard
+from app.domain.memories.services.guards import Plan, expiry_after, guard
 from app.domain.memories.services.requests import ApplyOutcome
 from app.writers.base import Op, OpKind
 
@@ -63,6 +63,7 @@ class Rows:
                     "owner": state["owner"],
                     "status": state["status"],
                     "memory_at": state["memory_at"],
+                    "expires_at": state["expires_at"],
                     "embedding": embedding,
                     "supersedes": supersedes,
                     "superseded_by": superseded_by,
@@ -90,6 +91,7 @@ class Rows:
                     "owner": op.owner,
                     "status": "active",
                     "memory_at": memory_at,
+                    "expires_at": op.expires_at or request.expires_at,
                 }
                 self.new.append(
                     {
@@ -125,15 +127,22 @@ class Rows:
                 embedding = next(vectors)
                 content = (op.content or "").strip()
                 tags = list(op.tags) or list(old.tags)
+                expires_at = expiry_after(op, old)
                 self.changed.append(
                     old.change(
-                        changeset_id, content=content, tags=tags, embedding=embedding, memory_at=memory_at
+                        changeset_id,
+                        content=content,
+                        tags=tags,
+                        embedding=embedding,
+                        memory_at=memory_at,
+                        expires_at=expires_at,
                     )
                 )
                 updated = old.state() | {
                     "content": content,
                     "tags": tags,
                     "memory_at": memory_at or old.memory_at,
+                    "expires_at": expires_at,
                 }
                 version(old.id, old.version + 1, "UPDATE", updated, op.reason, embedding)
                 entry["memory_id"] = str(old.id)

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from app.config import Settings
 from app.domain.memories.services import ApplyLimits
 from app.domain.pipeline.applier import Applier
+from app.domain.pipeline.finished import ChunkAnnouncer
 from app.domain.pipeline.locks import ScopeLocks
 from app.domain.pipeline.repositories import PipelineRepository, TenantOptions
 from app.domain.pipeline.services.failures import outage_backoff
@@ -139,6 +140,8 @@ class PipelineDeps:
     worker_name: str
     # Feeds tenants' live shadow banks as their scopes are taken up (the worker's; none elsewhere).
     feeder: BankFeeder | None = None
+    # Announces the chunks it finishes to the API processes' waiting reads (the worker's; none elsewhere).
+    announcer: ChunkAnnouncer | None = None
     tenants: TenantOptionsCache = field(default_factory=TenantOptionsCache)
     outage: OutageClock = field(init=False)
     policy: LimitsPolicy = field(init=False)
@@ -181,6 +184,8 @@ class PipelineDeps:
     async def aclose(self) -> None:
         """Finish the apply in progress, release the scope locks, close the writer and embedder clients."""
         await self.applier.aclose()
+        if self.announcer is not None:
+            await self.announcer.aclose()
         await self.locks.aclose()
         await self.writers.aclose()
         await self.embedder.aclose()

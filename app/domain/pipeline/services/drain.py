@@ -18,6 +18,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.tenancy import tenant_scope
+from app.domain.memories import expiry
 from app.domain.memories.services import ApplyOutcome, ApplyRequest, Provenance, embed_ops
 from app.domain.pipeline.applier import ApplyInterruptedError, Result
 from app.domain.pipeline.locks import Lease, scope_lock_key
@@ -269,6 +270,7 @@ async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun, v
         agent_id=chunk.agent_id,
         run_id=chunk.run_id,
         memory_at=memory_at(chunk),
+        expires_at=expiry.of_date_text(chunk.expiration_date),
         raw_output=result.raw_output,
         usage=result.usage,
         guards=result.guards,
@@ -295,6 +297,8 @@ async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun, v
         run.skipped += 1
         return True
     tracing.set_attributes({"memstore.chunk.outcome": "applied"})
+    if deps.announcer is not None:
+        deps.announcer.finished(chunk.id)
     metrics.APPLY_LATENCY.observe(time.perf_counter() - started)
     metrics.CHUNKS_FINISHED.labels("applied", writer.name).inc()
     for guard in outcome.guards:

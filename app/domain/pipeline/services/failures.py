@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.config import Settings
 from app.domain.audit.services import record_event
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
+from app.domain.webhooks.events import Announcement, announce
 from app.lib import metrics
 from app.writers.base import storable_text
 
@@ -142,10 +143,32 @@ async def fail(
                 target_id=str(chunk.id),
                 summary={"seq": chunk.seq, "attempts": attempts, "error": storable_text(error[:200])},
             )
+            await announce(
+                session,
+                [
+                    Announcement(
+                        tenant_id=chunk.tenant_id,
+                        user_id=chunk.user_id,
+                        type="chunk.failed",
+                        data={
+                            "chunk_id": str(chunk.id),
+                            "user_id": chunk.user_id,
+                            "agent_id": chunk.agent_id,
+                            "run_id": chunk.run_id,
+                            "seq": chunk.seq,
+                            "attempts": attempts,
+                            "writer": chunk.writer,
+                            "error": storable_text(error[:200]),
+                        },
+                    )
+                ],
+            )
     if not recorded:
         return
     if final:
         log.warning("chunk.failed", chunk_id=str(chunk.id), seq=chunk.seq, attempts=attempts, error=error)
+        if deps.announcer is not None:
+            deps.announcer.finished(chunk.id)
     else:
         log.info(
             "chunk.retry_scheduled",
