@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from tests.conftest import TenantKeys
 from tests.support.history import db_now
-from tests.support.live import live_api
-from tests.support.workers import running_worker, wait_for_chunks
+from tests.support.live import free_port, live_api
+from tests.support.workers import running_worker, wait_for_chunks, wait_until
 from tests.support.writers import PLUGINS
 
 CHROMIUM = os.environ.get("MEMSTORE_CHROMIUM", "/usr/bin/chromium")
@@ -226,3 +226,63 @@ async def test_reviews_failed_chunks_bulk_revert_with_conflicts_and_the_audit_ch
         await expect(page.locator("main table")).to_contain_text("changesets.reverted")
         await page.get_by_role("button", name="Verify the chain").click()
         await expect(page.locator("#verify-result")).to_contain_text("The chain holds")
+
+
+async def test_webhooks_and_their_deliveries_with_a_redelivery(
+    page: Page,
+    settings: Settings,
+    tenant: TenantKeys,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    # An endpoint nothing listens on (allowed past the SSRF guard for the test): its deliveries fail.
+    port = free_port()
+    settings = settings.model_copy(
+        update={"webhook_allowed_hosts": ["127.0.0.1"], "webhook_retry_schedule_s": [60.0]}
+    )
+    async with (
+        live_api(settings) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=tenant.admin) as http,
+    ):
+        created = await http.post(
+            "/v1/admin/webhooks",
+            json={"url": f"http://127.0.0.1:{port}/hook", "event_types": ["chunk.applied"]},
+        )
+        assert created.status_code == 201, created.text
+        hook = created.json()["id"]
+        async with running_worker(settings):
+            await _say(http, tenant, "gil", "I live in Porto.")
+            await wait_for_chunks(sessionmaker, tenant.tenant_id, 1)
+
+            async def attempted() -> bool:
+                log = (await http.get(f"/v1/admin/webhooks/{hook}/deliveries")).json()["items"]
+                return bool(log) and log[0]["attempts"] >= 1
+
+            await wait_until(attempted, 30, "a delivery attempt")
+
+        await page.goto(f"{base_url}/admin/")
+        await page.get_by_label("Admin API key").fill(tenant.admin_key)
+        await page.get_by_role("button", name="Sign in").click()
+        await page.get_by_role("link", name="Webhooks").click()
+        main = page.locator("main")
+        await expect(main).to_contain_text(f"http://127.0.0.1:{port}/hook")
+        await expect(main).to_contain_text("events: chunk.applied")
+        row = main.locator("tbody tr").first
+        await expect(row).to_contain_text("chunk.applied")
+        await expect(row).to_contain_text("gil")
+        await expect(row).to_contain_text("pending")
+        assert await _unlabelled(page) == []
+        await page.get_by_role("button", name="Redeliver chunk.applied of gil").click()
+        await expect(page.locator("#status")).to_contain_text("is sent again")
+    audit = [e["action"] for e in (await _audit(settings, tenant))]
+    assert "webhook.redelivered" in audit
+
+
+async def _audit(settings: Settings, tenant: TenantKeys) -> list[dict[str, object]]:
+    async with (
+        live_api(settings) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=tenant.admin) as http,
+    ):
+        items: list[dict[str, object]] = (await http.get("/v1/admin/audit", params={"limit": 500})).json()[
+            "items"
+        ]
+        return items

@@ -695,6 +695,80 @@
     );
   }
 
+  // --- webhooks ----------------------------------------------------------------------------------------
+
+  async function webhooksView() {
+    const page = await api("GET", "/v1/admin/webhooks");
+    const panels = [];
+    for (const hook of page.items) {
+      const log = await api("GET", `/v1/admin/webhooks/${hook.id}/deliveries`, { params: { status: "all", limit: 20 } });
+      const rows = log.items.map((d) =>
+        el(
+          "tr",
+          {},
+          el("td", {}, d.event_type),
+          el("td", {}, d.user_id),
+          el("td", {}, d.status),
+          el("td", {}, String(d.attempts)),
+          el("td", {}, d.status === "pending" ? when(d.next_attempt_at) : "—"),
+          el("td", { class: d.last_error ? "error" : "" }, d.last_error || (d.response_status ? `HTTP ${d.response_status}` : "")),
+          el(
+            "td",
+            {},
+            d.status === "delivered"
+              ? null
+              : el(
+                  "button",
+                  {
+                    type: "button",
+                    "aria-label": `Redeliver ${d.event_type} of ${d.user_id}`,
+                    onclick: async () => {
+                      try {
+                        await api("POST", `/v1/admin/webhooks/${hook.id}/deliveries/${d.id}/redeliver`);
+                        say(`The ${d.event_type} event of ${d.user_id} is sent again.`);
+                        await webhooksView();
+                      } catch (error) {
+                        failed(error);
+                      }
+                    },
+                  },
+                  "Redeliver"
+                )
+          )
+        )
+      );
+      panels.push(
+        el(
+          "section",
+          { class: "panel" },
+          el("h3", { class: "mono" }, hook.url),
+          el(
+            "p",
+            {},
+            hook.enabled ? "Enabled" : "Disabled",
+            ` · events: ${hook.event_types.length ? hook.event_types.join(", ") : "all"}`,
+            hook.include_content ? " · with content" : "",
+            hook.description ? ` · ${hook.description}` : ""
+          ),
+          rows.length
+            ? el(
+                "table",
+                {},
+                el("caption", {}, "Deliveries, newest event first"),
+                el(
+                  "thead",
+                  {},
+                  el("tr", {}, ["Event", "User", "Status", "Attempts", "Next attempt", "Last answer", ""].map((h) => el("th", { scope: "col" }, h)))
+                ),
+                el("tbody", {}, rows)
+              )
+            : el("p", {}, "Nothing delivered yet.")
+        )
+      );
+    }
+    show("Webhooks", ...(panels.length ? panels : [el("p", {}, "No webhook endpoint. Create one with POST /v1/admin/webhooks.")]));
+  }
+
   // --- audit log ---------------------------------------------------------------------------------------
 
   async function auditView() {
@@ -772,6 +846,7 @@
       else if (parts[0] === "changesets") await changesetsView(params);
       else if (parts[0] === "reviews") await reviewsView();
       else if (parts[0] === "chunks") await chunksView();
+      else if (parts[0] === "webhooks") await webhooksView();
       else if (parts[0] === "audit") await auditView();
       else await usersView(params);
     } catch (error) {
