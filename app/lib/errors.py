@@ -85,6 +85,14 @@ class Forbidden(ApiError):
     description = "The API key lacks the role this route needs (`forbidden`)."
 
 
+class DestructiveOpRefused(Forbidden):
+    code = "destructive_op_refused"
+    description = (
+        "The tenant's destructive-ops policy does not let an agent's op of this kind through "
+        "(`destructive_op_refused`); an admin may make the change."
+    )
+
+
 # --- 404 ------------------------------------------------------------------------------------------
 
 

@@ -39,6 +39,7 @@ from app.domain.mcp.schemas import (
 from app.domain.memories import services as memories
 from app.domain.memories.controllers import MemoryController
 from app.domain.memories.schemas import HistoryOut, MemoryList, MemoryOut, MemoryWritten, VersionOut
+from app.domain.pipeline.repositories import PipelineRepository
 from app.domain.provenance.controllers import ProvenanceController
 from app.domain.provenance.schemas import ExplainOut
 from app.domain.provenance.services import Reader, explain_memory
@@ -46,6 +47,8 @@ from app.domain.search.controllers import SearchController
 from app.domain.search.schemas import SearchOut, SearchResult
 from app.domain.search.services import Searcher, SearchQuery
 from app.embeddings.base import Embedder
+from app.lib.errors import DestructiveOpRefused
+from app.writers.base import OpKind
 from app.writers.registry import WriterRegistry
 
 
@@ -187,8 +190,21 @@ async def explain(call: McpCall, args: MemoryRef) -> ExplainOut:
 
 
 async def delete_memory(call: McpCall, args: DeleteMemoryArgs) -> MemoryOut | MemoryWritten:
+    """An agent's delete meets the tenant's destructive-ops policy as a writer model's would: under
+    `deny` or `review` it is refused (`destructive_op_refused`; a review holds a writer's op inside
+    its changeset, which an agent's call has none of), unless DELETE is not among the tenant's
+    destructive kinds."""
     caller = call.caller
     async with call.session() as session:
+        options = await PipelineRepository(session).tenant_options(caller.tenant_id)
+        settings = call.services.settings
+        policy = options.destructive_ops or settings.destructive_ops
+        kinds = options.destructive_kinds or tuple(settings.destructive_kinds)
+        if policy != "allow" and OpKind.DELETE.value in kinds:
+            raise DestructiveOpRefused(
+                f"The tenant's destructive-ops policy ({policy}) does not let an agent delete a memory.",
+                details={"policy": policy, "op": OpKind.DELETE.value},
+            )
         memory = await memories.delete_memory(
             session,
             caller.tenant_id,

@@ -208,8 +208,20 @@ async def test_a_key_without_the_role_is_refused_with_the_rest_code(
         async with mcp_client(base_url, other_tenant.admin_key) as other:
             assert (await refused(other, "get_memory", memory_id=memory["id"]))["code"] == "not_found"
             assert (await refused(other, "delete_memory", memory_id=memory["id"]))["code"] == "not_found"
-    # A key that may delete but not read is answered the new version without the text, as over REST.
+    # An agent's delete meets the tenant's destructive-ops policy, as a writer model's ops do.
     writer = await make_key(base_url, tenant, "write")
+    async with httpx.AsyncClient(base_url=base_url, headers=tenant.admin) as http:
+        for policy in ("deny", "review"):
+            assert (
+                await http.patch("/v1/admin/settings", json={"destructive_ops": policy})
+            ).status_code == 200
+            async with mcp_client(base_url, writer) as client:
+                error = await refused(client, "delete_memory", memory_id=memory["id"])
+            assert error["code"] == "destructive_op_refused"
+            assert error["details"] == {"policy": policy, "op": "DELETE"}
+            assert (await http.get(f"/v1/memories/{memory['id']}")).json()["status"] == "active"
+        assert (await http.patch("/v1/admin/settings", json={"destructive_ops": None})).status_code == 200
+    # A key that may delete but not read is answered the new version without the text, as over REST.
     async with mcp_client(base_url, writer) as client:
         assert (await refused(client, "get_memory", memory_id=memory["id"]))["code"] == "forbidden"
         deleted = await call(client, "delete_memory", memory_id=memory["id"])
