@@ -10,39 +10,37 @@ cache when it is back, since it may have missed a revocation meanwhile.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import uuid
 
 import structlog
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.domain.accounts.auth import KeyResolver
+from app.lib.pubsub import ChannelListener
 
 log = structlog.get_logger(__name__)
 
 CHANNEL = "memstore:keys"
-_RETRY_S = (0.1, 0.5, 1.0, 2.0)
 
 
 class KeyEvents:
     def __init__(self, redis_url: str, resolver: KeyResolver, publish_timeout_s: float = 1.0) -> None:
         self.resolver = resolver
         self.publish_timeout_s = publish_timeout_s
-        self._redis: Redis = Redis.from_url(redis_url, socket_connect_timeout=0.5, socket_timeout=None)
-        self.listening = asyncio.Event()  # set while subscribed (tests wait for it)
-        self._task: asyncio.Task[None] | None = None
+        # What was revoked while the subscription was down is unknown: the cache starts afresh.
+        self.listener = ChannelListener(redis_url, CHANNEL, self._apply, on_resubscribed=resolver.forget_all)
+
+    @property
+    def listening(self) -> asyncio.Event:
+        """Set while subscribed (tests wait for it)."""
+        return self.listener.listening
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._listen(), name="memstore-key-events")
+        self.listener.start()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self._redis.aclose()
+        await self.listener.aclose()
 
     async def revoked(self, key_id: uuid.UUID) -> None:
         self.resolver.forget(key_id)
@@ -55,7 +53,7 @@ class KeyEvents:
     async def _publish(self, event: dict[str, str]) -> None:
         try:
             async with asyncio.timeout(self.publish_timeout_s):
-                await self._redis.publish(CHANNEL, json.dumps(event))
+                await self.listener.redis.publish(CHANNEL, json.dumps(event))
         except (RedisError, OSError, TimeoutError) as exc:
             log.warning("keys.publish_failed", change=event, error=type(exc).__name__)
 
@@ -70,27 +68,3 @@ class KeyEvents:
             self.resolver.forget(revoked)
         if isinstance(created := event.get("created"), str):
             self.resolver.welcome(created)
-
-    async def _listen(self) -> None:
-        failures = 0
-        while True:
-            try:
-                async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(CHANNEL)
-                    if failures:
-                        self.resolver.forget_all()  # what was revoked while we were away
-                        log.info("keys.listening_again", after_failures=failures)
-                    failures = 0
-                    self.listening.set()
-                    async for message in pubsub.listen():
-                        if message.get("type") == "message":
-                            self._apply(message["data"])
-                    raise ConnectionError("the subscription ended")
-            except asyncio.CancelledError:
-                raise
-            except (RedisError, OSError) as exc:
-                self.listening.clear()
-                if failures == 0:
-                    log.warning("keys.listener_lost", error=type(exc).__name__)
-                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
-                failures += 1

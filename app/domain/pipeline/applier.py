@@ -34,7 +34,7 @@ from app.domain.audit.services import event_row
 from app.domain.memories.services import ApplyOutcome, ApplyRequest, Vectors, apply_many
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.domain.provenance.repositories import WriterViewRepository
-from app.domain.webhooks.events import Announcement, announce
+from app.domain.webhooks.events import Announcement, announce, chunk_fields
 from app.lib import metrics, tracing
 from app.lib.errors import is_db_outage
 
@@ -215,11 +215,7 @@ def announcement(result: Result, outcome: ApplyOutcome) -> Announcement:
         user_id=chunk.user_id,
         type="chunk.applied",
         data={
-            "chunk_id": str(chunk.id),
-            "user_id": chunk.user_id,
-            "agent_id": chunk.agent_id,
-            "run_id": chunk.run_id,
-            "seq": chunk.seq,
+            **chunk_fields(chunk),
             "changeset_id": str(outcome.changeset_id),
             "writer": provenance.writer,
             "model": provenance.model,

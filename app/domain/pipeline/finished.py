@@ -25,10 +25,11 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.lib.pubsub import ChannelListener
+
 log = structlog.get_logger(__name__)
 
 CHANNEL = "memstore:chunks:finished"
-_RETRY_S = (0.1, 0.5, 1.0, 2.0)
 
 
 class ChunkAnnouncer:
@@ -65,20 +66,19 @@ class FinishedChunks:
     """An API process's side: one subscription, and the requests waiting for chunks to finish."""
 
     def __init__(self, redis_url: str) -> None:
-        self._redis: Redis = Redis.from_url(redis_url, socket_connect_timeout=0.5, socket_timeout=None)
         self._waiting: dict[uuid.UUID, set[asyncio.Future[None]]] = {}
-        self.listening = asyncio.Event()  # set while subscribed (tests wait for it)
-        self._task: asyncio.Task[None] | None = None
+        self.listener = ChannelListener(redis_url, CHANNEL, self._announced)
+
+    @property
+    def listening(self) -> asyncio.Event:
+        """Set while subscribed (tests wait for it)."""
+        return self.listener.listening
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._listen(), name="memstore-finished-chunks")
+        self.listener.start()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self._redis.aclose()
+        await self.listener.aclose()
 
     @property
     def waiting(self) -> int:
@@ -116,6 +116,8 @@ class FinishedChunks:
                 future.cancel()
 
     def _announced(self, data: bytes | str) -> None:
+        if not self._waiting:
+            return
         text = data.decode() if isinstance(data, bytes) else data
         for word in text.split():
             try:
@@ -125,26 +127,3 @@ class FinishedChunks:
             for future in self._waiting.pop(chunk_id, ()):
                 if not future.done():
                     future.set_result(None)
-
-    async def _listen(self) -> None:
-        failures = 0
-        while True:
-            try:
-                async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(CHANNEL)
-                    if failures:
-                        log.info("chunks.finished_listening_again", after_failures=failures)
-                    failures = 0
-                    self.listening.set()
-                    async for message in pubsub.listen():
-                        if message.get("type") == "message" and self._waiting:
-                            self._announced(message["data"])
-                    raise ConnectionError("the subscription ended")
-            except asyncio.CancelledError:
-                raise
-            except (RedisError, OSError) as exc:
-                self.listening.clear()
-                if failures == 0:
-                    log.warning("chunks.finished_listener_lost", error=type(exc).__name__)
-                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
-                failures += 1

@@ -15,23 +15,40 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, get_args
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.webhooks.repositories import OutboxRepository
+from app.domain.webhooks.schemas import EventType
 
-EVENT_TYPES = (
-    "memory.added",
-    "memory.updated",
-    "memory.superseded",
-    "memory.deleted",
-    "memory.restored",
-    "chunk.applied",
-    "chunk.failed",
-    "review.held",
-    "review.decided",
-)
+EVENT_TYPES: tuple[str, ...] = get_args(EventType)
+
+
+class ChunkLike(Protocol):
+    """What an event says of a chunk (the pipeline's `ChunkRow`)."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def agent_id(self) -> str | None: ...
+    @property
+    def run_id(self) -> str | None: ...
+    @property
+    def seq(self) -> int: ...
+
+
+def chunk_fields(chunk: ChunkLike) -> dict[str, Any]:
+    """The fields every `chunk.*` event's data starts with."""
+    return {
+        "chunk_id": str(chunk.id),
+        "user_id": chunk.user_id,
+        "agent_id": chunk.agent_id,
+        "run_id": chunk.run_id,
+        "seq": chunk.seq,
+    }
 
 
 @dataclass(frozen=True)

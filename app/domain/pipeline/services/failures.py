@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.config import Settings
 from app.domain.audit.services import record_event
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
-from app.domain.webhooks.events import Announcement, announce
+from app.domain.webhooks.events import Announcement, announce, chunk_fields
 from app.lib import metrics
 from app.writers.base import storable_text
 
@@ -151,11 +151,7 @@ async def fail(
                         user_id=chunk.user_id,
                         type="chunk.failed",
                         data={
-                            "chunk_id": str(chunk.id),
-                            "user_id": chunk.user_id,
-                            "agent_id": chunk.agent_id,
-                            "run_id": chunk.run_id,
-                            "seq": chunk.seq,
+                            **chunk_fields(chunk),
                             "attempts": attempts,
                             "writer": chunk.writer,
                             "error": storable_text(error[:200]),
