@@ -17,8 +17,16 @@ hybrid with reciprocal rank fusion instead. Besides: embedding throughput and CP
 latency (p50 / p99, one client), the embedder's resident memory, and what its packages add to an
 install.
 
+`--multilingual` measures instead the hand-written sets of `tests/data/multilingual/` (one user's facts
+and questions per language; their README says how they were written): on a fresh `memstore up --workers
+1` (settings as configured, changed with `--env MEMSTORE_X=value`), each language's facts are posted as
+one chunk for one user with the `verbatim` writer, so each is stored as written, and every question is
+asked through `POST /v1/memories/search` (`top_k` `--depth`, nothing else set). Per language: hit@1,
+hit@3 and MRR of the one fact that answers it, and which facts were not stored (a guard that fired).
+
 Usage: python bench/retrieval.py [--embedders onnx,hashing] [--json docs/retrieval-benchmark.json]
                                  [--plot docs/retrieval-benchmark.png] [--weights 0.3 0.5 0.7]
+       python bench/retrieval.py --multilingual [--env MEMSTORE_EMBEDDER=hashing] [--json out.json]
 Needs the `bench` extra (matplotlib) for the plot. Without the data file it says so and exits 0.
 """
 
@@ -399,9 +407,166 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+# --- Multilingual mode (`--multilingual`): the hand-written sets of tests/data/multilingual/ ---
+
+MULTILINGUAL_DATA = ROOT / "tests" / "data" / "multilingual"
+LANGUAGE_ORDER = ("en", "de", "es", "zh", "ja")
+CHUNK_WAIT_S = 120.0
+
+
+def load_multilingual(folder: Path) -> list[dict[str, Any]]:
+    """Every `<language>.json` of `folder`, the languages of LANGUAGE_ORDER first."""
+    sets = [json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))]
+    order = {language: k for k, language in enumerate(LANGUAGE_ORDER)}
+    return sorted(sets, key=lambda s: (order.get(s["language"], len(order)), s["language"]))
+
+
+def hit_scores(ranked: list[list[str]], expected: list[str]) -> dict[str, Any]:
+    """hit@1, hit@3 and MRR (1 / rank of the expected fact, 0 if not returned) over the questions."""
+    ranks = [ids.index(fact) + 1 if fact in ids else None for ids, fact in zip(ranked, expected, strict=True)]
+    return {
+        "hit_at_1": round(statistics.fmean(r == 1 for r in ranks), 3),
+        "hit_at_3": round(statistics.fmean(r is not None and r <= 3 for r in ranks), 3),
+        "mrr": round(statistics.fmean(1 / r if r else 0.0 for r in ranks), 3),
+    }
+
+
+def _wait_applied(client: Any, chunk_ids: list[str]) -> dict[str, str]:
+    """Each chunk's final status (`applied` or `failed`), waiting on the API's read-your-writes."""
+    deadline = time.monotonic() + CHUNK_WAIT_S
+    while True:
+        params = [("chunk_id", c) for c in chunk_ids] + [("wait", "10")]
+        response = client.get("/v1/chunks", params=params)
+        response.raise_for_status()
+        status = {item["chunk_id"]: item["status"] for item in response.json()["items"]}
+        if all(s in {"applied", "failed"} for s in status.values()) or time.monotonic() > deadline:
+            return status
+
+
+def run_multilingual(args: argparse.Namespace) -> dict[str, Any]:
+    """Store each language's facts as one user's memories through the `verbatim` writer of a real
+    `memstore up`, then ask every question through `POST /v1/memories/search` as configured."""
+    import httpx
+    from _stack import running_stack
+
+    sets = load_multilingual(args.data)
+    overrides = dict(setting.split("=", 1) for setting in args.env)
+    defaults = Settings.model_fields
+    results: dict[str, Any] = {
+        "params": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "settings": {
+            name: overrides.get(f"MEMSTORE_{name.upper()}", defaults[name].default)
+            for name in ("embedder", "search_fusion", "search_vector_weight")
+        },
+        "languages": {},
+    }
+    log(f"{len(sets)} languages; memstore up --workers 1 {' '.join(args.env) or '(defaults)'}")
+    with running_stack(workers=1, env_overrides=overrides) as stack:
+        key = stack.create_key("bench-multilingual", ("ingest", "read"))
+        with httpx.Client(
+            base_url=stack.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=60
+        ) as client:
+            chunks: dict[str, str] = {}
+            for language_set in sets:
+                response = client.post(
+                    "/v1/chunks",
+                    json={
+                        "user_id": f"multilingual-{language_set['language']}",
+                        "messages": [{"role": "user", "content": f["text"]} for f in language_set["facts"]],
+                        "writer": "verbatim",
+                    },
+                )
+                response.raise_for_status()
+                chunks[language_set["language"]] = response.json()["chunk_id"]
+            status = _wait_applied(client, list(chunks.values()))
+            for language_set in sets:
+                language = language_set["language"]
+                user = f"multilingual-{language}"
+                fact_of_text = {f["text"]: f["id"] for f in language_set["facts"]}
+                response = client.get("/v1/memories", params={"user_id": user, "limit": 1000})
+                response.raise_for_status()
+                fact_of = {m["id"]: fact_of_text.get(m["content"], "?") for m in response.json()["items"]}
+                ranked: list[list[str]] = []
+                latencies: list[float] = []
+                for question in language_set["questions"]:
+                    started = time.perf_counter()
+                    response = client.post(
+                        "/v1/memories/search",
+                        json={"user_id": user, "query": question["text"], "top_k": args.depth},
+                    )
+                    latencies.append((time.perf_counter() - started) * 1000)
+                    response.raise_for_status()
+                    ranked.append([fact_of.get(r["memory"]["id"], "?") for r in response.json()["results"]])
+                expected = [q["fact"] for q in language_set["questions"]]
+                texts = {f["id"]: f["text"] for f in language_set["facts"]}
+                figures: dict[str, Any] = {
+                    "facts": len(language_set["facts"]),
+                    "questions": len(expected),
+                    "chunk": status.get(chunks[language], "unknown"),
+                    "stored": sorted(set(fact_of.values()) - {"?"}, key=lambda i: int(i[1:])),
+                    **hit_scores(ranked, expected),
+                    "search_p50_ms": round(statistics.median(latencies), 2),
+                    "misses": [
+                        {
+                            "question": q["text"],
+                            "fact": texts[q["fact"]],
+                            "rank": ids.index(q["fact"]) + 1 if q["fact"] in ids else None,
+                            "first": texts.get(ids[0]) if ids else None,
+                        }
+                        for q, ids in zip(language_set["questions"], ranked, strict=True)
+                        if not ids or ids[0] != q["fact"]
+                    ],
+                }
+                figures["missing"] = [
+                    f["id"] for f in language_set["facts"] if f["id"] not in figures["stored"]
+                ]
+                figures["stored"] = len(figures["stored"])
+                log(f"{language}: { ({k: figures[k] for k in ('stored', 'hit_at_1', 'hit_at_3', 'mrr')}) }")
+                results["languages"][language] = figures
+    return results
+
+
+def report_multilingual(results: dict[str, Any]) -> None:
+    settings = results["settings"]
+    print(
+        f"\n== retrieval in the user's language (POST /v1/memories/search; embedder {settings['embedder']}, "
+        f"{settings['search_fusion']} fusion, vector weight {settings['search_vector_weight']}) =="
+    )
+    print(
+        f"{'language':<9} {'facts':>5} {'stored':>6} {'questions':>9} "
+        f"{'hit@1':>6} {'hit@3':>6} {'MRR':>6} {'p50 ms':>7}"
+    )
+    for language, f in results["languages"].items():
+        print(
+            f"{language:<9} {f['facts']:>5} {f['stored']:>6} {f['questions']:>9} {f['hit_at_1']:>6} "
+            f"{f['hit_at_3']:>6} {f['mrr']:>6} {f['search_p50_ms']:>7}"
+        )
+        if f["missing"]:
+            print(f"  {language}: facts not stored (chunk {f['chunk']}): {', '.join(f['missing'])}")
+    chance = {language: round(1 / f["facts"], 3) for language, f in results["languages"].items()}
+    print(f"chance hit@1 (one fact in N): {chance}")
+
+
+def multilingual_main() -> None:
+    parser = argparse.ArgumentParser(description="Retrieval in the user's language: hit@1, hit@3, MRR")
+    parser.add_argument("--multilingual", action="store_true", required=True)
+    parser.add_argument("--data", type=Path, default=MULTILINGUAL_DATA, help="folder of <language>.json")
+    parser.add_argument("--depth", type=int, default=50, help="top_k asked for (MRR's horizon)")
+    parser.add_argument("--env", action="append", default=[], help="MEMSTORE_X=value for the stack")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    figures = run_multilingual(args)
+    report_multilingual(figures)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2, ensure_ascii=False))
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--replot":  # --replot FIGURES.json OUT.png
         plot(json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3]))
+        sys.exit(0)
+    if "--multilingual" in sys.argv[1:]:
+        multilingual_main()
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
