@@ -26,6 +26,7 @@ from app.domain.memories.schemas import (
 from app.embeddings.base import Embedder
 from app.lib.errors import InvalidField, MemoryChanged, MemoryNotActive, NotFoundError, error_responses
 from app.lib.paging import KeysetCursor
+from app.lib.params import Limit
 from app.lib.validation import Moment
 
 
@@ -51,7 +52,7 @@ class MemoryController(Controller):
         user_id: Annotated[str, QueryParameter(min_length=1, max_length=200)],
         agent_id: Annotated[str | None, QueryParameter(max_length=200)] = None,
         status: Annotated[Literal["active", "superseded", "deleted", "all"], QueryParameter()] = "active",
-        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
+        limit: Limit = 100,
         cursor: KeysetCursor = None,
         as_of: Annotated[
             Moment | None, QueryParameter(description="The bank as it stood at this time.")

@@ -23,6 +23,7 @@ from app.domain.reviews.schemas import DecisionIn, ReviewList, ReviewOut, Target
 from app.embeddings.base import Embedder
 from app.lib.errors import InvalidField, MemoryChanged, NotFoundError, ReviewDecided, error_responses
 from app.lib.paging import KeysetCursor, cursor_after, decode_keyset, paged
+from app.lib.params import Limit
 
 
 async def _out(session: AsyncSession, tenant_id: uuid.UUID, reviews: Sequence[Review]) -> list[ReviewOut]:
@@ -91,7 +92,7 @@ class ReviewController(Controller):
         db_session: NamedDependency[AsyncSession],
         status: Annotated[Literal["pending", "approved", "rejected", "all"], QueryParameter()] = "pending",
         user_id: Annotated[str | None, QueryParameter(min_length=1, max_length=200)] = None,
-        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
+        limit: Limit = 100,
         cursor: KeysetCursor = None,
     ) -> ReviewList:
         after = decode_keyset(cursor) if cursor else None

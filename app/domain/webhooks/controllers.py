@@ -30,6 +30,7 @@ from app.domain.webhooks.schemas import (
 )
 from app.domain.webhooks.ssrf import AddressPolicy
 from app.lib.errors import InvalidField, NotFoundError, error_responses
+from app.lib.params import Limit
 
 SeqCursor = Annotated[
     str | None,
@@ -170,7 +171,7 @@ class WebhookController(Controller):
         db_session: NamedDependency[AsyncSession],
         caller: NamedDependency[Caller],
         status: Annotated[Literal["pending", "delivered", "failed", "all"], QueryParameter()] = "all",
-        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
+        limit: Limit = 100,
         cursor: SeqCursor = None,
     ) -> DeliveryList:
         _, rows, after = await services.list_deliveries(
