@@ -9,7 +9,13 @@ Nothing here stands in for Memstore's code: the counters watch real traffic on i
   `set_config` on checkout — the last two SQLAlchemy's statement events never see. It wraps each
   asyncpg connection's protocol object in a counting proxy, on the pool's `connect` / `checkout`.
 - `RedisLedger` counts the round trips one redis-py connection pool makes: one per
-  `send_packed_command` (a pipeline, or a health-check PING, is one), named by its commands.
+  `send_packed_command` (a pipeline is one), named by its commands. The pool's connection upkeep is
+  kept apart, in `upkeep`: what a connection sends in its `on_connect` (the handshake of a new or
+  re-opened connection: HELLO, AUTH, CLIENT SETNAME / SETINFO, SELECT) and in its `check_health`
+  (the PING before a command on a connection idle longer than `health_check_interval`). That traffic
+  comes from the connection's history (how long it sat idle, whether it was dropped), not from what
+  the request asks, so it is no part of a budget; a caller that sees it measures again, since upkeep
+  on every request (a connection per request) is a regression of its own.
 
 Labels are short and stable ("execute INSERT INTO chunks", "pipeline[EVAL, PUBLISH]") so a budget
 is a `Counter` of them and a failure says which round trip appeared or went.
@@ -136,13 +142,20 @@ class PostgresLedger:
         return self.wire.count("query BEGIN")
 
 
+# The methods `RedisLedger` wraps on each connection of its pool (as the instance's attributes).
+_WRAPPED = ("send_packed_command", "on_connect", "check_health")
+
+
 class RedisLedger:
     """Round trips of one redis-py connection pool, since the last `reset`: one per packed send, named
-    by its commands (`EVALSHA`, `pipeline[EVAL, PUBLISH]`)."""
+    by its commands (`EVALSHA`, `pipeline[EVAL, PUBLISH]`), in `round_trips`; the connections'
+    upkeep (handshakes in `on_connect`, health-check PINGs in `check_health`) in `upkeep`."""
 
     def __init__(self, pool: ConnectionPool) -> None:
         self.round_trips: list[str] = []
+        self.upkeep: list[str] = []
         self.pool = pool
+        self._watched: list[AbstractConnection] = []
         self._make = pool.make_connection
         for connection in [*pool._available_connections, *pool._in_use_connections]:
             self._watch(connection)
@@ -150,9 +163,18 @@ class RedisLedger:
 
     def close(self) -> None:
         self.pool.make_connection = self._make  # type: ignore[method-assign]
+        for connection in self._watched:  # the class's methods again
+            for name in _WRAPPED:
+                vars(connection).pop(name, None)
+        self._watched.clear()
 
     def reset(self) -> None:
         self.round_trips.clear()
+        self.upkeep.clear()
+
+    def idle(self) -> bool:
+        """No connection of the pool is in use (every reply read)."""
+        return not self.pool._in_use_connections
 
     def _make_connection(self) -> AbstractConnection:
         connection: AbstractConnection = self._make()  # type: ignore[no-untyped-call]
@@ -160,13 +182,40 @@ class RedisLedger:
         return connection
 
     def _watch(self, connection: AbstractConnection) -> None:
+        if connection.redis_connect_func is not None:  # `connect` would call it instead of on_connect
+            msg = "RedisLedger: a connection with a redis_connect_func handshakes where it cannot see"
+            raise NotImplementedError(msg)
         send = connection.send_packed_command
+        on_connect = connection.on_connect
+        health_check = connection.check_health
+        upkeep = 0  # how deep this connection is in its on_connect / check_health (they nest)
 
         async def counted(command: Any, check_health: bool = True) -> None:
-            self.round_trips.append(redis_label(command))
+            (self.upkeep if upkeep else self.round_trips).append(redis_label(command))
             await send(command, check_health)
 
+        async def connecting() -> None:
+            nonlocal upkeep
+            upkeep += 1
+            try:
+                await on_connect()
+            finally:
+                upkeep -= 1
+
+        async def checking_health() -> None:
+            nonlocal upkeep
+            upkeep += 1
+            try:
+                await health_check()  # type: ignore[no-untyped-call]
+            finally:
+                upkeep -= 1
+
+        # redis-py's asyncio `AbstractConnection.connect` calls `self.on_connect()` and its
+        # `send_packed_command` calls `self.check_health()`: looked up on the instance, so these.
         connection.send_packed_command = counted  # type: ignore[method-assign]
+        connection.on_connect = connecting  # type: ignore[method-assign]
+        connection.check_health = checking_health  # type: ignore[method-assign]
+        self._watched.append(connection)
 
 
 def redis_commands(packed: bytes) -> list[str]:

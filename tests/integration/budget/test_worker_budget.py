@@ -11,7 +11,10 @@ server, which also serves the embeddings. What is counted (`tests/support/round_
   no pre-ping, and its connections carry the tenant already, so neither adds a round trip here.
 - Redis: the round trips of the worker's job client pool. arq's own bookkeeping around a job (its
   dequeue, in-progress key, result) is not part of the job body and is not counted; no arq worker
-  runs, so no poll, heartbeat or cron job (the sweeper, the audit seal) can leak in.
+  runs, so no poll, heartbeat or cron job (the sweeper, the audit seal) can leak in. Nor is the
+  pool's connection upkeep (a new connection's handshake, CLIENT SETINFO ...; the PING on one idle
+  10 s, `health_check_interval`): the ledger keeps it apart (`upkeep`), as it follows from how long
+  the connection sat idle or whether it was dropped, not from the job.
 - The embedder: model runs, texts embedded and cache hits of the worker's embedder
   (`app.embeddings.embedder_counts`), and the requests and texts the embeddings server answered.
 - The writer: calls to the model (the fake server's count).
@@ -20,7 +23,10 @@ The chunk measured is a user's second (the first left a memory, so the candidate
 with a sentence no earlier chunk had (the embedder's cache cannot answer it). A warm-up user first
 runs the same two chunks, so every statement is prepared and the tenant's options are cached (read
 once per 30 s). The budgets are exact, for the same reason as the ingest ones
-(`test_ingest_budget.py`): a round trip removed fails too, and the budget is lowered with it.
+(`test_ingest_budget.py`): a round trip removed fails too, and the budget is lowered with it. If
+connection upkeep fell in the measured job, a third user runs the same two chunks (new sentences of
+the same shape) and its second is measured instead; upkeep in that one too fails the test (a
+connection opened or checked per job is a regression).
 """
 
 from __future__ import annotations
@@ -45,6 +51,14 @@ from tests.support.round_trips import PostgresLedger, RedisLedger, budget_diff
 from workers.settings import shutdown, startup
 
 Client = AsyncTestClient[Litestar]
+
+# Users who each post two chunks, the second measured (the warm-up's not counted): a user, where they
+# live, what they drink. The last is measured only if connection upkeep fell in the one before.
+USERS = [
+    ("warm-up", "Oslo", "green tea"),
+    ("measured", "Lima", "mate"),
+    ("measured-again", "Quito", "coffee"),
+]
 
 # Postgres round trips of one applied chunk, by the offline writer.
 PG_OFFLINE = {
@@ -154,8 +168,9 @@ async def test_an_applied_chunk_costs_its_budget(
     postgres = PostgresLedger(ctx["engine"])
     redis = RedisLedger(ctx["redis"].connection_pool)
     tenant_id = str(tenant.tenant_id)
+    upkeep: list[list[str]] = []  # the Redis pool's connection upkeep in each measured job
     try:
-        for user, place, drink in [("warm-up", "Oslo", "green tea"), ("measured", "Lima", "mate")]:
+        for user, place, drink in USERS:
             await post(api, ingest_headers, user, f"I live in {place}.", writer)
             assert (await process_scope_job(ctx, tenant_id, user))["applied"] == 1
             await post(api, ingest_headers, user, f"I like {drink}.", writer)
@@ -163,6 +178,14 @@ async def test_an_applied_chunk_costs_its_budget(
             redis.reset()
             embedder, server = embedder_counts(ctx["pipeline"].embedder), server_usage(fake_llm)
             assert (await process_scope_job(ctx, tenant_id, user))["applied"] == 1
+            if user != "warm-up":
+                upkeep.append(list(redis.upkeep))
+                if not redis.upkeep:
+                    break
+        assert upkeep[-1] == [], (
+            f"Redis connection upkeep in two jobs in a row: {upkeep}. The worker's pool opens or"
+            " health-checks a connection for every job: a regression, not the job's budget."
+        )
         embedded = embedder_counts(ctx["pipeline"].embedder) - embedder
         served = server_usage(fake_llm) - server
         assert Counter(postgres.wire) == Counter(budget.postgres), budget_diff(
