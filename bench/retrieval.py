@@ -63,6 +63,7 @@ from app.domain.search.schemas import SearchMode
 from app.domain.search.services import Searcher, SearchQuery
 from app.embeddings import Embedder, embedder_from_settings
 from app.lib.embedded import EmbeddedPostgres
+from app.lib.lexical import analyze
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo10.json"
@@ -210,6 +211,17 @@ async def load_bank(
                 for i, t, v in zip(ids, turns, vectors, strict=True)
             ],
             columns=["id", "tenant_id", "user_id", "content", "embedding"],
+        )
+        # Each memory's language and lexemes, as the service's writes make them (`app.lib.lexical`).
+        analysed = [analyze(t.content) for t in turns]
+        await conn.execute(
+            "UPDATE memories m SET language = a.language, lexemes = to_tsvector(a.config::regconfig, a.text) "
+            "FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) a(id, language, config, text) "
+            "WHERE m.id = a.id",
+            ids,
+            [a.language for a in analysed],
+            [a.config for a in analysed],
+            [a.text for a in analysed],
         )
         await conn.execute("VACUUM ANALYZE memories")
     finally:
@@ -457,7 +469,8 @@ def run_multilingual(args: argparse.Namespace) -> dict[str, Any]:
         "settings": {
             name: overrides.get(f"MEMSTORE_{name.upper()}", defaults[name].default)
             for name in ("embedder", "search_fusion", "search_vector_weight")
-        },
+        }
+        | {"mode": args.mode or "hybrid"},
         "languages": {},
     }
     log(f"{len(sets)} languages; memstore up --workers 1 {' '.join(args.env) or '(defaults)'}")
@@ -492,7 +505,8 @@ def run_multilingual(args: argparse.Namespace) -> dict[str, Any]:
                     started = time.perf_counter()
                     response = client.post(
                         "/v1/memories/search",
-                        json={"user_id": user, "query": question["text"], "top_k": args.depth},
+                        json={"user_id": user, "query": question["text"], "top_k": args.depth}
+                        | ({"mode": args.mode} if args.mode else {}),
                     )
                     latencies.append((time.perf_counter() - started) * 1000)
                     response.raise_for_status()
@@ -553,6 +567,9 @@ def multilingual_main() -> None:
     parser.add_argument("--data", type=Path, default=MULTILINGUAL_DATA, help="folder of <language>.json")
     parser.add_argument("--depth", type=int, default=50, help="top_k asked for (MRR's horizon)")
     parser.add_argument("--env", action="append", default=[], help="MEMSTORE_X=value for the stack")
+    parser.add_argument(
+        "--mode", choices=("hybrid", "vector", "lexical"), help="search mode (default: the API's)"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     figures = run_multilingual(args)

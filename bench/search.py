@@ -347,6 +347,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             )
             if start % 200_000 == 0:
                 log(f"  loaded {start + 50_000:,}")
+        # The lexemes the service writes with each text (`app.lib.lexical`; these texts are English).
+        await conn.execute("UPDATE memories SET lexemes = to_tsvector('english'::regconfig, content)")
         results["load_s"] = round(time.perf_counter() - started, 1)
         await conn.execute("VACUUM ANALYZE memories")
         log(f"loaded in {results['load_s']} s")

@@ -6,7 +6,8 @@ from pydantic import BaseModel, Field
 class EmbedderSettings(BaseModel):
     embedder: str = Field(
         default="onnx",
-        description="Embedder name: onnx (all-MiniLM-L6-v2 in-process, semantic), hashing (lexical, "
+        description="Embedder name: onnx (all-MiniLM-L6-v2 in-process, semantic, English), e5 "
+        "(multilingual-e5-small in-process, semantic, about 100 languages), hashing (lexical, "
         "dependency-free), openai (an /v1/embeddings endpoint), local (sentence-transformers extra).",
     )
     embedding_dim: int = Field(
@@ -23,7 +24,7 @@ class EmbedderSettings(BaseModel):
     embedder_threads: int = Field(
         default=0,
         ge=0,
-        description="Threads of one onnx embedding run (0: one per core in the API, where a search "
+        description="Threads of one onnx or e5 embedding run (0: one per core in the API, where a search "
         "waits for it; one in a worker, whose jobs' texts queue for it).",
     )
     embedder_api_key: str | None = Field(default=None, description="Bearer key for the embedder endpoint.")

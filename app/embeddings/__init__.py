@@ -17,17 +17,26 @@ __all__ = [
     "Embedder",
     "EmbedderCounts",
     "HashingEmbedder",
+    "embed_queries",
     "embedder_counts",
     "embedder_from_settings",
 ]
 
-EMBEDDERS = ("onnx", "hashing", "openai", "local")
+EMBEDDERS = ("onnx", "e5", "hashing", "openai", "local")
 
 
 def embedder_from_settings(settings: Settings, name: str | None = None) -> CoalescedEmbedder:
     """The embedder named `name` (default `MEMSTORE_EMBEDDER`) configured from `MEMSTORE_EMBEDDER_*`,
     with its cache and shared model runs."""
     return CoalescedEmbedder(model_from_settings(settings, name), cache_size=settings.embedder_cache_size)
+
+
+async def embed_queries(embedder: Embedder, texts: list[str]) -> list[list[float]]:
+    """Vectors of search queries (`CoalescedEmbedder.embed_queries`); a bare model built by hand embeds
+    them as it embeds any text."""
+    if isinstance(embedder, CoalescedEmbedder):
+        return await embedder.embed_queries(texts)
+    return await embedder.embed(texts)
 
 
 def embedder_counts(embedder: Embedder) -> EmbedderCounts:
@@ -50,6 +59,11 @@ def model_from_settings(settings: Settings, name: str | None = None) -> Embedder
         return OnnxEmbedder(
             settings.embedder_model, settings.embedding_dim, threads=settings.embedder_threads
         )
+    if name == "e5":
+        from app.embeddings.e5 import E5Embedder
+
+        # The model is fixed (the pinned, bundled multilingual-e5-small): embedder_model is not read.
+        return E5Embedder(settings.embedding_dim, threads=settings.embedder_threads)
     if name == "openai":
         from app.embeddings.openai import OpenAIEmbedder
 

@@ -30,7 +30,7 @@ from array import array
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from app.embeddings.base import Embedder, family
+from app.embeddings.base import QUERY_MARK, Embedder, family
 from app.lib import metrics
 
 # Most texts one model run takes; the rest go in the next (a bound on one run's memory). A single
@@ -105,6 +105,13 @@ class CoalescedEmbedder:
                 self._runner = loop.create_task(self._drain(), context=contextvars.Context())
             found |= await waiting.future
         return [found[t].tolist() for t in texts]
+
+    async def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """Vectors of search queries: an asymmetric model's query vectors (`base.QUERY_MARK`), the same
+        as `embed` for every other model. Queries share the cache and the runs with other texts."""
+        if not getattr(self.inner, "asymmetric", False):
+            return await self.embed(texts)
+        return await self.embed([QUERY_MARK + text for text in texts])
 
     async def aclose(self) -> None:
         """Stop the runner (its waiting callers get an error) and close the inner embedder."""

@@ -8,7 +8,6 @@ from datetime import datetime
 from sqlalchemy import (
     Boolean,
     CheckConstraint,
-    Computed,
     DateTime,
     ForeignKey,
     Index,
@@ -81,11 +80,12 @@ class Memory(Base):
     status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="active")
     version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
     embedding: Mapped[list[float] | None] = mapped_column(Embedding(get_settings().embedding_dim))
-    # The content's English lexemes (stemmed, stop words dropped), kept by Postgres: BM25 reads their
-    # frequencies and counts on every lexical search. Not loaded with the row.
-    lexemes: Mapped[str | None] = mapped_column(
-        TSVECTOR, Computed("to_tsvector('english'::regconfig, content)", persisted=True), deferred=True
-    )
+    # The content's language (ISO 639-1, detected when the text is written: `app.lib.lexical`) and its
+    # lexemes in that language (stemmed where Postgres has the language's Snowball configuration,
+    # segmented first for Chinese and Japanese), written with the text by `memories.version_writer`:
+    # BM25 reads their frequencies and counts on every lexical search. Not loaded with the row.
+    language: Mapped[str] = mapped_column(String(8), nullable=False, server_default="en")
+    lexemes: Mapped[str | None] = mapped_column(TSVECTOR, deferred=True)
     # Whether this row version is in the HNSW graph: set by the indexer (`memstore_index_graph`), false
     # again whenever the head is written, so that the write inserts into no graph.
     in_graph: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))

@@ -16,7 +16,7 @@ from sqlalchemy import (
     String,
     Text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.config import get_settings
@@ -53,6 +53,10 @@ class MemoryVersion(Base):
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     memory_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The text's language and lexemes as written (`memories.Memory`): undo copies them with the text, and
+    # search as of a time reads them. NULL on versions written before migration 0017: English.
+    language: Mapped[str | None] = mapped_column(String(8))
+    lexemes: Mapped[str | None] = mapped_column(TSVECTOR, deferred=True)
     embedding: Mapped[list[float] | None] = mapped_column(Embedding(get_settings().embedding_dim))
     # Links of a SUPERSEDE: the memories this one replaced, or the one that replaced it.
     supersedes: Mapped[list[uuid.UUID] | None] = mapped_column(ARRAY(UUID(as_uuid=True)))

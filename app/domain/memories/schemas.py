@@ -26,6 +26,8 @@ class MemoryOut(Out):
     created_at: datetime
     updated_at: datetime
     expires_at: datetime | None = None  # hidden from reads from this time on (null: never)
+    # The text's language as detected when it was written (ISO 639-1): search reads its words in it.
+    language: str | None = None
 
 
 class MemoryWritten(Out, forbid_unknown_fields=True):

@@ -10,8 +10,13 @@ Who writes, and with what:
   from one of its stored versions inside Postgres, and the heads moved to them, two statements for a
   whole bank;
 - import (`transfer`): `write_imported`: another instance's heads and versions as they were written;
-- re-embedding (`search.reembed`): `write_vectors`: a head's vector only (a version keeps the vector it
-  was written with).
+- re-embedding (`search.reembed`): `write_vectors`: a head's vector, language and lexemes only (a version
+  keeps those it was written with).
+
+Every text written here gets its language and lexemes in the same statement (`app.lib.lexical`: the
+language detected, the text segmented where its language needs it, `to_tsvector` with the language's
+configuration), heads and versions alike, so search's BM25 reads each memory in its own language, and
+undo copies a version's lexemes with its text.
 
 No write here inserts into the vector graph: a head written is out of it (`in_graph` false) until the
 workers' indexer adds it in a batch (`search.graph`); search reads such rows exactly meanwhile.
@@ -28,21 +33,43 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, text, update
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy import bindparam, cast, func, insert, text, update
+from sqlalchemy.dialects.postgresql import ARRAY, REGCONFIG, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import Integer, String, Text
 
 from app.db.base import vector_text
-from app.domain.memories.repositories import MEMORIES, VERSIONS, insert_new
+from app.domain.memories.repositories import MEMORIES, VERSIONS
+from app.lib.lexical import analyze
 
 _m = MEMORIES.c
 
-_INSERT_HEADS = insert(MEMORIES)
-_INSERT_VERSIONS = insert(VERSIONS)
+
+def _lexemes(prefix: str = "") -> Any:
+    """The lexemes of a row's text, computed in the statement that writes it: the configuration and the
+    analysed text are the row's parameters `{prefix}lex_config` and `{prefix}lex_text` (`_lexical`)."""
+    return func.to_tsvector(cast(bindparam(f"{prefix}lex_config"), REGCONFIG), bindparam(f"{prefix}lex_text"))
+
+
+_INSERT_HEADS = insert(MEMORIES).values(lexemes=_lexemes())
+_INSERT_VERSIONS = insert(VERSIONS).values(lexemes=_lexemes())
+
+
+@lru_cache(maxsize=4096)
+def _analysis(content: str) -> dict[str, str]:
+    found = analyze(content)
+    return {"language": found.language, "lex_config": found.config, "lex_text": found.text}
+
+
+def _lexical(rows: Sequence[dict[str, Any]], prefix: str = "") -> list[dict[str, Any]]:
+    """`rows` with their text's language and the parameters of its lexemes (a text met again, such as
+    a new head and its first version, is analysed once)."""
+    return [row | {f"{prefix}{k}": v for k, v in _analysis(row[f"{prefix}content"]).items()} for row in rows]
+
 
 # A head moved to its next version: an UPDATE keeps the old vector (and the memory's date) unless it
 # brings a new one; the expiry is always the new version's (NULL clears it). Parameters:
@@ -58,6 +85,8 @@ _MOVE_HEADS = (
         changeset_id=bindparam("b_changeset_id"),
         updated_at=func.now(),
         in_graph=False,
+        language=bindparam("b_language"),
+        lexemes=_lexemes("b_"),
         embedding=func.coalesce(bindparam("b_embedding", type_=_m.embedding.type), _m.embedding),
         memory_at=func.coalesce(bindparam("b_memory_at", type_=_m.memory_at.type), _m.memory_at),
         expires_at=bindparam("b_expires_at", type_=_m.expires_at.type),
@@ -73,9 +102,10 @@ _INSERT_RESTORED = text(
     """
     INSERT INTO memory_versions (
         tenant_id, user_id, memory_id, version, op, content, tags, owner, status, memory_at,
-        expires_at, embedding, changeset_id, actor, reason)
+        expires_at, language, lexemes, embedding, changeset_id, actor, reason)
     SELECT tv.tenant_id, tv.user_id, tv.memory_id, p.new_version, :op, tv.content, tv.tags, tv.owner,
-           p.status, tv.memory_at, tv.expires_at,
+           p.status, tv.memory_at, tv.expires_at, coalesce(tv.language, 'en'),
+           coalesce(tv.lexemes, to_tsvector('english'::regconfig, tv.content)),
            COALESCE(CAST(f.vector AS vector), CASE WHEN tv.content = m.content THEN m.embedding END,
                tv.embedding, (
                SELECT e.embedding FROM memory_versions e
@@ -107,19 +137,23 @@ _MOVE_HEADS_TO_CHANGESET = text(
     UPDATE memories m
     SET version = nv.version, status = nv.status, content = nv.content, tags = nv.tags,
         owner = nv.owner, memory_at = nv.memory_at, expires_at = nv.expires_at, embedding = nv.embedding,
+        language = nv.language, lexemes = nv.lexemes,
         changeset_id = nv.changeset_id, updated_at = now(), in_graph = false
     FROM memory_versions nv
     WHERE nv.changeset_id = :changeset_id AND m.id = nv.memory_id
     """
 )
 
-# Each vector where its memory still holds the text it was embedded from; the ids written come back.
-# An edit committing meanwhile holds the row until it commits, and the UPDATE then re-checks the
-# condition against the edited row.
+# Each vector where its memory still holds the text it was embedded from, with the text's language and
+# lexemes as analysed now (a head written before migration 0017 holds English ones); the ids written
+# come back. An edit committing meanwhile holds the row until it commits, and the UPDATE then re-checks
+# the condition against the edited row.
 _WRITE_UNCHANGED = text(
     """
-    UPDATE memories m SET embedding = CAST(f.vector AS vector), in_graph = false
-    FROM unnest(:ids, :contents, :vectors) AS f(id, content, vector)
+    UPDATE memories m SET embedding = CAST(f.vector AS vector), in_graph = false,
+        language = f.language, lexemes = to_tsvector(CAST(f.config AS regconfig), f.lex_text)
+    FROM unnest(:ids, :contents, :vectors, :languages, :configs, :lex_texts)
+        AS f(id, content, vector, language, config, lex_text)
     WHERE m.id = f.id AND m.content = f.content
     RETURNING m.id
     """
@@ -127,11 +161,16 @@ _WRITE_UNCHANGED = text(
     bindparam("ids", type_=ARRAY(UUID(as_uuid=True))),
     bindparam("contents", type_=ARRAY(Text)),
     bindparam("vectors", type_=ARRAY(String)),
+    bindparam("languages", type_=ARRAY(String)),
+    bindparam("configs", type_=ARRAY(String)),
+    bindparam("lex_texts", type_=ARRAY(Text)),
 )
 
 # What an imported head may change of one already here (a later export of the same user).
 _IMPORTED_CHANGES = (
     "content",
+    "language",
+    "lexemes",
     "tags",
     "owner",
     "memory_at",
@@ -166,11 +205,11 @@ class VersionWriter:
         """An apply's rows (`services.rows`): the heads it adds, the heads it moves to their next
         version (`MemoryState.change`), and one version row for each."""
         if new:
-            await self.session.execute(_INSERT_HEADS, list(new))
+            await self.session.execute(_INSERT_HEADS, _lexical(new))
         if moved:
-            await (await self.session.connection()).execute(_MOVE_HEADS, list(moved))
+            await (await self.session.connection()).execute(_MOVE_HEADS, _lexical(moved, "b_"))
         if versions:
-            await self.session.execute(_INSERT_VERSIONS, list(versions))
+            await self.session.execute(_INSERT_VERSIONS, _lexical(versions))
 
     async def write_restorations(
         self,
@@ -218,26 +257,36 @@ class VersionWriter:
         export of the same user). How many heads were written and versions were new."""
         written = 0
         if heads:
-            insert_heads = pg_insert(MEMORIES)
+            insert_heads = pg_insert(MEMORIES).values(lexemes=_lexemes())
             upsert = insert_heads.on_conflict_do_update(
                 index_elements=[_m.id],
                 set_={name: insert_heads.excluded[name] for name in _IMPORTED_CHANGES} | {"in_graph": False},
                 where=_m.version < insert_heads.excluded.version,
             ).returning(_m.id)
-            written = len((await self.session.execute(upsert, list(heads))).all())
-        return written, await insert_new(self.session, VERSIONS, versions)
+            written = len((await self.session.execute(upsert, _lexical(heads))).all())
+        if not versions:
+            return written, 0
+        new_versions = (
+            pg_insert(VERSIONS).values(lexemes=_lexemes()).on_conflict_do_nothing().returning(VERSIONS.c.id)
+        )
+        return written, len((await self.session.execute(new_versions, _lexical(versions))).all())
 
     async def write_vectors(
         self, texts: dict[uuid.UUID, str], vectors: Sequence[Sequence[float]]
     ) -> set[uuid.UUID]:
-        """Each memory's new vector (`search.reembed`), where the memory still holds the text it was
-        made from (`texts`, in the order of `vectors`); the ids written."""
+        """Each memory's new vector (`search.reembed`), and its language and lexemes analysed again,
+        where the memory still holds the text it was made from (`texts`, in the order of `vectors`); the
+        ids written."""
+        analysed = [_analysis(content) for content in texts.values()]
         rows = await self.session.execute(
             _WRITE_UNCHANGED,
             {
                 "ids": list(texts),
                 "contents": list(texts.values()),
                 "vectors": [vector_text(v) for v in vectors],
+                "languages": [a["language"] for a in analysed],
+                "configs": [a["lex_config"] for a in analysed],
+                "lex_texts": [a["lex_text"] for a in analysed],
             },
         )
         return set(rows.scalars())

@@ -13,11 +13,11 @@ Three sources of rows:
 - the bank as of a time: for each memory of the scope, its latest version at or before that time
   (valid from its `created_at` until the next version's), kept if it was active then.
 
-The lexical ranking is BM25 over each memory's English lexemes (`memories.lexemes`, stored; computed
-on the fly for the bank as of a time). Vector and lexical candidates are fused by relative score — each
-ranking's score divided by its best, weighted, summed — which ranked LoCoMo's evidence better than
-reciprocal rank fusion (1 / (k + rank) summed; still available) with a semantic embedder
-(docs/benchmarks.md, "Retrieval on LoCoMo").
+The lexical ranking is BM25 over each memory's lexemes in its own language (`memories.lexemes`, and
+the versions' for the bank as of a time; `app.lib.lexical`), against the query's analysed the same way.
+Vector and lexical candidates are fused by relative score — each ranking's score divided by its best,
+weighted, summed — which ranked LoCoMo's evidence better than reciprocal rank fusion (1 / (k + rank)
+summed; still available) with a semantic embedder (docs/benchmarks.md, "Retrieval on LoCoMo").
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _QUERY = "CAST(:embedding AS vector)"
 _AS_OF_BANK = """
 bank AS (
     SELECT v.memory_id AS id, v.tenant_id, v.user_id, m.agent_id, m.run_id, v.content, v.tags, v.owner,
-           v.memory_at, v.status, v.version, v.expires_at,
+           v.memory_at, v.status, v.version, v.expires_at, coalesce(v.language, 'en') AS language,
            -- the memory's current vector while the text is the same (it follows a re-embedding);
            -- else the version's, or, for a version that changed no text, the last one written
            CASE WHEN v.content = m.content THEN m.embedding ELSE coalesce(v.embedding, (
@@ -70,7 +70,7 @@ _UNEXPIRED_AS_OF = " AND (v.expires_at IS NULL OR v.expires_at > :as_of)"
 # candidates, which never include an expired memory.
 _NEAREST_IN_SCOPE = text(
     """SELECT q.ord, b.id, b.user_id, b.agent_id, b.run_id, b.content, b.tags, b.owner, b.status, b.version,
-       b.memory_at, b.created_at, b.updated_at, b.expires_at, 1 - v.distance AS score,
+       b.memory_at, b.created_at, b.updated_at, b.expires_at, b.language, 1 - v.distance AS score,
        1 - v.distance AS similarity
 FROM unnest(CAST(CAST(:embeddings AS text[]) AS vector[])) WITH ORDINALITY AS q(e, ord)
 CROSS JOIN LATERAL (
@@ -103,6 +103,7 @@ class Hit:
     score: float
     similarity: float | None
     expires_at: datetime | None = None
+    language: str | None = None
 
 
 # BM25's term-frequency saturation and length normalisation: Anserini's defaults, which also ranked
@@ -138,7 +139,10 @@ def _statement(  # noqa: PLR0912  (one branch per option)
             _AS_OF_BANK.format(
                 user_filter="AND user_id = :user_id" if scoped else "",
                 expiry_filter="" if include_expired else _UNEXPIRED_AS_OF,
-                lexemes=", to_tsvector('english'::regconfig, v.content) AS lexemes" if lexical else "",
+                # versions written before they carried lexemes were English
+                lexemes=", coalesce(v.lexemes, to_tsvector('english'::regconfig, v.content)) AS lexemes"
+                if lexical
+                else "",
             )
         )
         relation = "bank"
@@ -173,13 +177,15 @@ def _statement(  # noqa: PLR0912  (one branch per option)
         # each memory's lexemes) cost seven times as much for no measurable recall (bench/retrieval.py).
         ctes.append(
             f"""lex_terms AS (
-    SELECT t.lexeme, quote_literal(t.lexeme)::tsquery AS q
-    FROM unnest(tsvector_to_array(to_tsvector('english'::regconfig, :lexical_text))) t(lexeme)
+    SELECT DISTINCT t.lexeme, quote_literal(t.lexeme)::tsquery AS q
+    FROM unnest(CAST(:lex_configs AS regconfig[])) c(config)
+    CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(c.config, :lexical_text))) t(lexeme)
 ),
 lex_hits AS (
     SELECT d.id, length(d.lexemes) AS len, t.lexeme
     FROM {relation} d JOIN lex_terms t ON d.lexemes @@ t.q
-    WHERE {lex_where} AND d.lexemes @@ to_tsquery('english'::regconfig, :tsquery)
+    WHERE {lex_where}
+      AND d.lexemes @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM lex_terms)
 ),
 lex_corpus AS (
     SELECT count(*)::float8 AS n, greatest(coalesce(avg(length(lexemes)), 1), 1)::float8 AS avgdl
@@ -213,8 +219,11 @@ lex AS (
             score = "coalesce(1.0 / (:rrf_k + found.vec_r), 0) + coalesce(1.0 / (:rrf_k + found.lex_r), 0)"
         else:
             # Each ranking's score as a share of its best, weighted: a memory first in both scores 1.
-            score = f"""(:vector_weight * greatest(coalesce({similarity}, 0), 0)
-           / greatest(coalesce((SELECT max(1 - distance) FROM vec), 1), 1e-9)
+            # The similarity is counted from the embedder's chance level (`:vector_base`,
+            # `embeddings.base.CHANCE_SIMILARITY`): an embedder whose cosines all crowd between 0.75
+            # and 0.95 (E5) would otherwise give every candidate nearly the same share.
+            score = f"""(:vector_weight * greatest(coalesce({similarity}, 0) - :vector_base, 0)
+           / greatest(coalesce((SELECT max(1 - distance) FROM vec), 1) - :vector_base, 1e-9)
          + (1 - :vector_weight) * coalesce(found.rank / (SELECT max(rank) FROM lex), 0))"""
     elif vector:
         ctes.append("found AS (\n    SELECT id, distance FROM vec\n)")
@@ -224,7 +233,8 @@ lex AS (
         score = "found.rank"
     sql = f"""WITH {", ".join(ctes)}
 SELECT b.id, b.user_id, b.agent_id, b.run_id, b.content, b.tags, b.owner, b.status, b.version,
-       b.memory_at, b.created_at, b.updated_at, b.expires_at, {score} AS score, {similarity} AS similarity
+       b.memory_at, b.created_at, b.updated_at, b.expires_at, b.language, {score} AS score,
+       {similarity} AS similarity
 FROM found JOIN {relation} b ON b.id = found.id AND b.tenant_id = :tenant_id
 ORDER BY score DESC, found.distance NULLS LAST, b.created_at, b.id
 LIMIT :top_k"""
@@ -316,6 +326,7 @@ class SearchRepository:
         embedding: list[float],
         vector: bool,
         words: Sequence[str],
+        lex_configs: Sequence[str],
         top_k: int,
         pool: int,
         fusion: Fusion,
@@ -326,9 +337,11 @@ class SearchRepository:
         tags: Sequence[str],
         as_of: datetime | None,
         include_expired: bool = False,
+        vector_base: float = 0.0,
     ) -> list[Hit]:
         """The best `top_k` of the source: by vector, by BM25 over `words` (the query's content words,
-        letters and digits only), or both fused."""
+        letters and digits only, read with each of the text search configurations `lex_configs`), or both
+        fused."""
         lexical = bool(words)
         if not (vector or lexical):
             return []
@@ -347,14 +360,16 @@ class SearchRepository:
             "tenant_id": tenant_id,
             "user_id": user_id,
             "embedding": vector_text(embedding),
-            # An OR of the words; to_tsquery drops English stop words and stems the rest.
-            "tsquery": " | ".join(words),
+            # Each configuration drops its language's stop words and stems the rest; a memory holding
+            # any of the lexemes is a candidate.
+            "lex_configs": list(lex_configs),
             "lexical_text": " ".join(words),
             "stats_rows": BM25_STATS_ROWS,
             "top_k": top_k,
             "pool": max(pool, top_k),
             "rrf_k": rrf_k,
             "vector_weight": vector_weight,
+            "vector_base": vector_base,
             "max_distance": None if threshold is None else 1.0 - threshold,
             "agent_id": agent_id,
             "tags": list(tags),
@@ -397,4 +412,5 @@ def _hit(r: Any) -> Hit:
         score=float(r.score),
         similarity=None if r.similarity is None else float(r.similarity),
         expires_at=r.expires_at,
+        language=r.language,
     )

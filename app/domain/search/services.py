@@ -8,7 +8,8 @@
   Such a search also asks the workers' indexer to add its tenant's (or scope's) memories to the graph
   (`graph.want_graph`); until they are in, search reads them exactly beside it.
 - `as_of` searches the scope's versions valid at that time, exactly.
-- Hybrid mode fuses the vector ranking with a BM25 ranking of the memories' English lexemes (by
+- Hybrid mode fuses the vector ranking with a BM25 ranking of the memories' lexemes, each in its own
+  language and the query's in its own (`app.lib.lexical`) (by
   relative score, or reciprocal rank fusion), so names and numbers the embedder does not capture
   are still found, and meaning the words do not share is found by the embedder.
 
@@ -18,7 +19,6 @@ a client finds are ranked by the same code.
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -35,10 +35,12 @@ from app.db.models import EmbeddingConfig
 from app.domain.search.graph import want_graph
 from app.domain.search.repositories import Hit, SearchRepository, Source
 from app.domain.search.schemas import SearchMode
-from app.embeddings import Embedder
+from app.embeddings import Embedder, embed_queries
+from app.embeddings.base import chance_similarity
 from app.embeddings.openai import EmbeddingError
 from app.lib import tracing
 from app.lib.errors import AsOfTooBroad, EmbedderMismatch, InvalidField, Unavailable
+from app.lib.lexical import query_words
 
 log = structlog.get_logger(__name__)
 
@@ -51,9 +53,8 @@ _SCOPE_SIZE_CACHE_MAX = 100_000
 # How often a process records again that a scope is searched through the graph (a search's transaction
 # may have been rolled back).
 _GRAPH_WANTED_TTL_S = 600.0
-_MAX_QUERY_WORDS = 64
-_WORD = re.compile(r"[^\W_]+")
-# Words that match nearly every memory; leaving them out keeps the lexical ranking about the content.
+# English words that match nearly every memory; leaving them out keeps the lexical ranking about the
+# content (Postgres's English stop list keeps some of them, such as "user").
 _STOPWORDS = frozenset(
     """
     a an the and or but of to in on at for with by from is am are was were be been being it its this that
@@ -63,11 +64,12 @@ _STOPWORDS = frozenset(
 )
 
 
-def lexical_words(text: str) -> list[str]:
-    """The query's content words for the lexical ranking (letters and digits only, lower case, each
-    once, at most 64); Postgres then drops English stop words and stems the rest."""
-    words = [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
-    return list(dict.fromkeys(words))[:_MAX_QUERY_WORDS]
+def lexical_words(text: str) -> tuple[list[str], list[str]]:
+    """The query's text search configurations (its language's: `app.lib.lexical`) and its content words
+    for the lexical ranking (letters and digits only, lower case, each once, at most 64); Postgres then
+    drops the language's stop words and stems the rest."""
+    configs, words = query_words(text)
+    return configs, [w for w in words if w not in _STOPWORDS]
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ class Searcher:
             )
         await self.check_embedder(session)
         try:
-            [embedding] = await self.embedder.embed([query.query])
+            [embedding] = await embed_queries(self.embedder, [query.query])
         except EmbeddingError as exc:
             raise Unavailable(
                 "the embedding model is unavailable", details={"embedder": str(exc)[:200]}
@@ -194,7 +196,7 @@ class Searcher:
         vector: bool,
         query: SearchQuery,
     ) -> list[Hit]:
-        words = lexical_words(query.query) if query.mode != "vector" else []
+        lex_configs, words = lexical_words(query.query) if query.mode != "vector" else ([], [])
         hits = await repo.search(
             source,
             tenant_id=tenant_id,
@@ -202,10 +204,12 @@ class Searcher:
             embedding=embedding,
             vector=vector,
             words=words,
+            lex_configs=lex_configs,
             top_k=query.top_k,
             pool=self.settings.search_pool,
             fusion=self.settings.search_fusion,
             vector_weight=self.settings.search_vector_weight,
+            vector_base=chance_similarity(self.embedder.name),
             rrf_k=self.settings.search_rrf_k,
             threshold=query.threshold if vector else None,
             agent_id=query.agent_id,

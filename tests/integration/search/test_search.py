@@ -415,6 +415,7 @@ async def test_the_graph_finds_a_full_top_k_of_a_small_scope_by_iterative_scan(
                 embedding=embedding,
                 vector=True,
                 words=[],
+                lex_configs=[],
                 top_k=10,
                 pool=10,
                 fusion=settings.search_fusion,
