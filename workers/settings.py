@@ -28,7 +28,7 @@ from app.domain.shadows.services import LiveFeeder
 from app.domain.system.services import WorkerBeat, beat, forget
 from app.domain.webhooks.jobs import DELIVER_JOB, deliver_webhooks_job
 from app.embeddings import embedder_from_settings
-from app.lib import metrics, tracing
+from app.lib import lexical, metrics, tracing
 from app.lib.logging import configure_logging
 from app.lib.queue import QUEUE_NAME, redis_settings
 from app.writers.registry import WriterRegistry
@@ -70,6 +70,7 @@ async def startup(ctx: WorkerContext) -> None:
     )
     await warn_if_bypassing_row_security(ctx["engine"])
     ctx["worker_name"] = worker_name()
+    await asyncio.to_thread(lexical.load)  # before the first job: every memory written is analysed
     ctx["pipeline"] = PipelineDeps(
         engine=ctx["engine"],
         settings=settings,

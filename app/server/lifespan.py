@@ -6,6 +6,7 @@ Handlers never reach for these through `app.state`: each one is a named dependen
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import AsyncGenerator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -24,6 +25,7 @@ from app.domain.pipeline.finished import FinishedChunks
 from app.domain.search.services import Searcher
 from app.embeddings import embedder_from_settings
 from app.embeddings.base import Embedder
+from app.lib import lexical
 from app.lib.queue import JobQueue, create_redis
 from app.lib.ratelimit import Limit, RateLimiter
 from app.writers.registry import WriterRegistry
@@ -53,6 +55,7 @@ class AppServices:
             raise RuntimeError(msg)
         engine = create_engine(settings, application_name="memstore-api")
         await warn_if_bypassing_row_security(engine)
+        await asyncio.to_thread(lexical.load)  # before the first search: every query is analysed
         sessionmaker = create_sessionmaker(engine)
         queue = JobQueue(create_redis(settings.redis_url), wake=settings.worker_wake)
         key_resolver = KeyResolver(sessionmaker, settings.auth_cache_ttl_s, default_limit)

@@ -10,15 +10,14 @@ from datetime import UTC, datetime
 
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
-from sqlalchemy import select, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.models import Memory
-from app.domain.memories.services import ApplyLimits, Provenance, apply_ops
 from app.domain.search.reembed import reembed
 from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys
 from tests.integration.search.test_search import EMBEDDER, change, search
+from tests.integration.search.test_search import add as add_memories
 
 # Each memory, its language, and a question that shares only a word form with it (not the form itself:
 # the stemmer, or the segmenter, must bring them together), in the same language.
@@ -36,22 +35,9 @@ BANK = [
 async def add(
     sessionmaker: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID, contents: list[str]
 ) -> list[uuid.UUID]:
-    """Store memories of user `u` through apply_ops, with no near-duplicate check: the hashing embedder
-    these tests use reads no Chinese or Japanese word, so to it such texts are all alike."""
-    async with sessionmaker() as session, session.begin():
-        await apply_ops(
-            session,
-            tenant_id=tenant_id,
-            user_id="u",
-            ops=[Op(OpKind.ADD, c) for c in contents],
-            shown={},
-            provenance=Provenance(actor="test", writer="test"),
-            embedder=EMBEDDER,
-            limits=ApplyLimits(max_ops=100, duplicate_threshold=2.0),
-        )
-        rows = await session.execute(select(Memory.content, Memory.id).where(Memory.user_id == "u"))
-        by_content = {row.content: row.id for row in rows}
-    return [by_content[c] for c in contents]
+    """Memories of user `u`, with no near-duplicate check: the hashing embedder these tests use reads
+    no Chinese or Japanese word, so to it such texts are all alike."""
+    return await add_memories(sessionmaker, tenant_id, "u", contents, duplicate_threshold=2.0)
 
 
 async def languages(

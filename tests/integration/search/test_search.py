@@ -43,8 +43,10 @@ async def add(
     *,
     agent_id: str | None = None,
     tags: tuple[str, ...] = (),
+    duplicate_threshold: float = 1.0,
 ) -> list[uuid.UUID]:
-    """Store memories through apply_ops (the one write path); their ids in order."""
+    """Store memories through apply_ops (the one write path); their ids in order. A
+    `duplicate_threshold` above 1 turns the near-duplicate check off."""
     async with sessionmaker() as session, session.begin():
         await apply_ops(
             session,
@@ -55,7 +57,7 @@ async def add(
             provenance=Provenance(actor="test", writer="test"),
             embedder=EMBEDDER,
             agent_id=agent_id,
-            limits=ApplyLimits(max_ops=10_000, duplicate_threshold=1.0),
+            limits=ApplyLimits(max_ops=10_000, duplicate_threshold=duplicate_threshold),
         )
         rows = await session.execute(
             select(Memory.content, Memory.id).where(Memory.tenant_id == tenant_id, Memory.user_id == user_id)
