@@ -133,6 +133,10 @@ class Op:
     # UPDATE's target's expiry, unless `clears_expiry` (a hand edit's `"expires_at": null`).
     expires_at: datetime | None = None
     clears_expiry: bool = False
+    # ADD / SUPERSEDE / UPDATE: when the fact began and stopped holding in the user's world, where the
+    # conversation says (valid time); None: unknown (an UPDATE keeps its target's).
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
 
     def as_json(self) -> dict[str, Any]:
         recorded: dict[str, Any] = {
@@ -145,6 +149,10 @@ class Op:
         }
         if self.expires_at is not None or self.clears_expiry:  # only ops that set or clear one say so
             recorded["expires_at"] = None if self.expires_at is None else self.expires_at.isoformat()
+        for name in ("valid_from", "valid_to"):  # only ops that know one say so
+            moment = getattr(self, name)
+            if moment is not None:
+                recorded[name] = moment.isoformat()
         return recorded
 
 

@@ -77,6 +77,10 @@ class Memory(Base):
     # From this time on the memory is hidden from list, search, answer and the writer's candidates
     # (never deleted: its status stays); NULL never expires (migration 0016).
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When the fact held in the user's world (valid time, migration 0018): NULL where unknown; a fact
+    # without `valid_from` is taken to hold from when it was stated (`memory_at`).
+    valid_from: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="active")
     version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
     embedding: Mapped[list[float] | None] = mapped_column(Embedding(get_settings().embedding_dim))

@@ -53,6 +53,10 @@ class MemoryVersion(Base):
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     memory_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When the fact held in the user's world (valid time, migration 0018): NULL where unknown; a fact
+    # without `valid_from` is taken to hold from when it was stated (`memory_at`).
+    valid_from: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The text's language and lexemes as written (`memories.Memory`): undo copies them with the text, and
     # search as of a time reads them. NULL on versions written before migration 0017: English.
     language: Mapped[str | None] = mapped_column(String(8))

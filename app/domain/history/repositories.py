@@ -48,7 +48,8 @@ _STALE_VECTORS = text(
 
 _STATES_AT = text(
     """
-    SELECT v.memory_id, v.version, v.status, v.content, v.tags, v.owner, v.memory_at, v.expires_at
+    SELECT v.memory_id, v.version, v.status, v.content, v.tags, v.owner, v.memory_at, v.expires_at,
+           v.valid_from, v.valid_to
     FROM unnest(:memory_ids, :versions) AS p(memory_id, version)
     JOIN memory_versions v ON v.memory_id = p.memory_id AND v.version = p.version
     WHERE v.tenant_id = :tenant_id
@@ -113,6 +114,8 @@ class HistoryRepository:
                 _m.owner,
                 _m.memory_at,
                 _m.expires_at,
+                _m.valid_from,
+                _m.valid_to,
             )
             .where(_m.tenant_id == tenant_id, _m.user_id == user_id)
             .order_by(_m.id)
@@ -146,6 +149,10 @@ class HistoryRepository:
                 then.c.memory_at,
                 _m.expires_at,
                 then.c.expires_at,
+                _m.valid_from,
+                _m.valid_to,
+                then.c.valid_from,
+                then.c.valid_to,
             )
             .select_from(MEMORIES.outerjoin(then, true()))
             .where(_m.tenant_id == tenant_id, _m.user_id == user_id)
@@ -155,9 +162,11 @@ class HistoryRepository:
         heads: dict[uuid.UUID, VersionState] = {}
         past: dict[uuid.UUID, VersionState] = {}
         for r in rows:
-            heads[r[0]] = VersionState(r[0], r[1], r[2], r[3], tuple(r[4]), r[5], r[6], r[13])
+            heads[r[0]] = VersionState(r[0], r[1], r[2], r[3], tuple(r[4]), r[5], r[6], r[13], r[15], r[16])
             if r[7] is not None:
-                past[r[0]] = VersionState(r[0], r[7], r[8], r[9], tuple(r[10]), r[11], r[12], r[14])
+                past[r[0]] = VersionState(
+                    r[0], r[7], r[8], r[9], tuple(r[10]), r[11], r[12], r[14], r[17], r[18]
+                )
         return heads, past
 
     async def states_at(

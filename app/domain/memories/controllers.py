@@ -60,6 +60,13 @@ class MemoryController(Controller):
         include_expired: Annotated[
             bool, QueryParameter(description="Also the memories whose expires_at has passed.")
         ] = False,
+        valid_at: Annotated[
+            Moment | None,
+            QueryParameter(
+                description="Only the memories whose fact held at this time (valid time); with the "
+                "default status, superseded ones too."
+            ),
+        ] = None,
     ) -> MemoryList:
         page = await services.list_memories(
             db_session,
@@ -71,6 +78,7 @@ class MemoryController(Controller):
             limit=limit,
             as_of=as_of,
             include_expired=include_expired,
+            valid_at=valid_at,
         )
         return MemoryList(items=[MemoryOut.of(m) for m in page.items], next_cursor=page.next_cursor)
 

@@ -10,7 +10,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Table, any_, bindparam, func, insert, or_, select, text, true, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    Table,
+    and_,
+    any_,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    true,
+    tuple_,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -24,7 +37,18 @@ CHANGESETS = cast("Table", Changeset.__table__)
 
 # Built once: the worker runs these for every chunk.
 _m = MEMORIES.c
-_STATE = (_m.id, _m.version, _m.status, _m.content, _m.tags, _m.owner, _m.memory_at, _m.expires_at)
+_STATE = (
+    _m.id,
+    _m.version,
+    _m.status,
+    _m.content,
+    _m.tags,
+    _m.owner,
+    _m.memory_at,
+    _m.expires_at,
+    _m.valid_from,
+    _m.valid_to,
+)
 _UUIDS = ARRAY(UUID(as_uuid=True))
 _LOCK_STATES = (
     select(_m.tenant_id, _m.user_id, *_STATE)
@@ -43,6 +67,14 @@ def unexpired(expires_at: Any, at: Any = None) -> ColumnElement[bool]:
     return or_(expires_at.is_(None), expires_at > (func.now() if at is None else at))
 
 
+def held_at(valid_from: Any, valid_to: Any, memory_at: Any, created_at: Any, at: Any) -> ColumnElement[bool]:
+    """Whether a memory's fact held at `at` (valid time): from its `valid_from` — or, unknown, from when
+    it was stated (`memory_at`, else written) — until its `valid_to`, if it has one."""
+    return and_(
+        func.coalesce(valid_from, memory_at, created_at) <= at, or_(valid_to.is_(None), valid_to > at)
+    )
+
+
 @dataclass(frozen=True)
 class MemoryState:
     """A memory's current head, without its vector (what the apply step needs to decide and record)."""
@@ -55,6 +87,8 @@ class MemoryState:
     owner: str
     memory_at: datetime | None
     expires_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
 
     def state(self) -> dict[str, Any]:
         return {
@@ -64,6 +98,8 @@ class MemoryState:
             "status": self.status,
             "memory_at": self.memory_at,
             "expires_at": self.expires_at,
+            "valid_from": self.valid_from,
+            "valid_to": self.valid_to,
         }
 
     def change(self, changeset_id: uuid.UUID, **values: Any) -> dict[str, Any]:
@@ -78,6 +114,8 @@ class MemoryState:
             "b_embedding": values.get("embedding"),
             "b_memory_at": values.get("memory_at"),
             "b_expires_at": values.get("expires_at", self.expires_at),
+            "b_valid_from": values.get("valid_from", self.valid_from),
+            "b_valid_to": values.get("valid_to", self.valid_to),
         }
 
 
@@ -93,6 +131,8 @@ class VersionState:
     owner: str
     memory_at: datetime | None
     expires_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
 
     @classmethod
     def of(cls, row: Any) -> VersionState:
@@ -105,16 +145,23 @@ class VersionState:
             row.owner,
             row.memory_at,
             row.expires_at,
+            row.valid_from,
+            row.valid_to,
         )
 
     def same_state(self, other: VersionState) -> bool:
-        return (self.status, self.content, self.tags, self.owner, self.memory_at, self.expires_at) == (
-            other.status,
-            other.content,
-            other.tags,
-            other.owner,
-            other.memory_at,
-            other.expires_at,
+        return self._compared() == other._compared()
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (
+            self.status,
+            self.content,
+            self.tags,
+            self.owner,
+            self.memory_at,
+            self.expires_at,
+            self.valid_from,
+            self.valid_to,
         )
 
 
@@ -139,6 +186,8 @@ class MemoryAsOf:
     changeset_id: uuid.UUID | None
     updated_at: datetime
     expires_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
     embedding: list[float] | None = None
 
 
@@ -164,6 +213,8 @@ def in_force_at(as_of: datetime) -> Any:
             v.c.changeset_id,
             v.c.created_at,
             v.c.expires_at,
+            v.c.valid_from,
+            v.c.valid_to,
         )
         .where(v.c.memory_id == _m.id, v.c.created_at <= as_of)
         .order_by(v.c.version.desc())
@@ -222,12 +273,16 @@ class MemoryRepository:
         after: tuple[datetime, uuid.UUID] | None,
         limit: int,
         include_expired: bool = False,
+        valid_at: datetime | None = None,
     ) -> Sequence[Memory]:
         """A page of a scope's memories, oldest first, keyset-paginated on (created_at, id); those
-        whose time has passed only with `include_expired`."""
+        whose time has passed only with `include_expired`; with `valid_at`, those whose fact held
+        then."""
         stmt = select(Memory).where(Memory.tenant_id == tenant_id, Memory.user_id == user_id)
         if not include_expired:
             stmt = stmt.where(unexpired(_m.expires_at))
+        if valid_at is not None:
+            stmt = stmt.where(held_at(_m.valid_from, _m.valid_to, _m.memory_at, _m.created_at, valid_at))
         if agent_id is not None:
             stmt = stmt.where(Memory.agent_id == agent_id)
         if statuses is not None:
@@ -249,6 +304,7 @@ class MemoryRepository:
         limit: int | None = None,
         with_embedding: bool = False,
         include_expired: bool = False,
+        valid_at: datetime | None = None,
     ) -> list[MemoryAsOf]:
         """The scope's memories as they stood at `as_of` (from their versions), oldest first; those
         whose version then in force had expired by `as_of` only with `include_expired`.
@@ -272,6 +328,8 @@ class MemoryRepository:
             heads.c.changeset_id,
             heads.c.created_at.label("updated_at"),
             heads.c.expires_at,
+            heads.c.valid_from,
+            heads.c.valid_to,
         ]
         if with_embedding:
             columns.append(effective_embedding(heads.c.memory_id, heads.c.version).label("embedding"))
@@ -286,6 +344,10 @@ class MemoryRepository:
             stmt = stmt.where(heads.c.status.in_(list(statuses)))
         if not include_expired:
             stmt = stmt.where(unexpired(heads.c.expires_at, as_of))
+        if valid_at is not None:
+            stmt = stmt.where(
+                held_at(heads.c.valid_from, heads.c.valid_to, heads.c.memory_at, _m.created_at, valid_at)
+            )
         if after is not None:
             stmt = stmt.where(tuple_(_m.created_at, _m.id) > tuple_(*after))
         stmt = stmt.order_by(_m.created_at, _m.id)
@@ -340,7 +402,16 @@ class MemoryRepository:
         rows = await self.session.execute(_LOCK_STATES, params)
         return {
             (r.tenant_id, r.user_id, r.id): MemoryState(
-                r.id, r.version, r.status, r.content, tuple(r.tags), r.owner, r.memory_at, r.expires_at
+                r.id,
+                r.version,
+                r.status,
+                r.content,
+                tuple(r.tags),
+                r.owner,
+                r.memory_at,
+                r.expires_at,
+                r.valid_from,
+                r.valid_to,
             )
             for r in rows
             if (r.tenant_id, r.id) in wanted

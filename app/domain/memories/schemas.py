@@ -28,6 +28,9 @@ class MemoryOut(Out):
     expires_at: datetime | None = None  # hidden from reads from this time on (null: never)
     # The text's language as detected when it was written (ISO 639-1): search reads its words in it.
     language: str | None = None
+    # When the fact held in the user's world (valid time): null where unknown.
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
 
 
 class MemoryWritten(Out, forbid_unknown_fields=True):
@@ -64,6 +67,8 @@ class VersionOut(Out):
     owner: str
     memory_at: datetime | None
     expires_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
 
 
 class HistoryOut(msgspec.Struct):

@@ -90,6 +90,8 @@ _MOVE_HEADS = (
         embedding=func.coalesce(bindparam("b_embedding", type_=_m.embedding.type), _m.embedding),
         memory_at=func.coalesce(bindparam("b_memory_at", type_=_m.memory_at.type), _m.memory_at),
         expires_at=bindparam("b_expires_at", type_=_m.expires_at.type),
+        valid_from=bindparam("b_valid_from", type_=_m.valid_from.type),
+        valid_to=bindparam("b_valid_to", type_=_m.valid_to.type),
     )
 )
 
@@ -102,9 +104,9 @@ _INSERT_RESTORED = text(
     """
     INSERT INTO memory_versions (
         tenant_id, user_id, memory_id, version, op, content, tags, owner, status, memory_at,
-        expires_at, language, lexemes, embedding, changeset_id, actor, reason)
+        expires_at, valid_from, valid_to, language, lexemes, embedding, changeset_id, actor, reason)
     SELECT tv.tenant_id, tv.user_id, tv.memory_id, p.new_version, :op, tv.content, tv.tags, tv.owner,
-           p.status, tv.memory_at, tv.expires_at, coalesce(tv.language, 'en'),
+           p.status, tv.memory_at, tv.expires_at, tv.valid_from, tv.valid_to, coalesce(tv.language, 'en'),
            coalesce(tv.lexemes, to_tsvector('english'::regconfig, tv.content)),
            COALESCE(CAST(f.vector AS vector), CASE WHEN tv.content = m.content THEN m.embedding END,
                tv.embedding, (
@@ -137,7 +139,7 @@ _MOVE_HEADS_TO_CHANGESET = text(
     UPDATE memories m
     SET version = nv.version, status = nv.status, content = nv.content, tags = nv.tags,
         owner = nv.owner, memory_at = nv.memory_at, expires_at = nv.expires_at, embedding = nv.embedding,
-        language = nv.language, lexemes = nv.lexemes,
+        valid_from = nv.valid_from, valid_to = nv.valid_to, language = nv.language, lexemes = nv.lexemes,
         changeset_id = nv.changeset_id, updated_at = now(), in_graph = false
     FROM memory_versions nv
     WHERE nv.changeset_id = :changeset_id AND m.id = nv.memory_id
@@ -174,6 +176,8 @@ _IMPORTED_CHANGES = (
     "tags",
     "owner",
     "memory_at",
+    "valid_from",
+    "valid_to",
     "status",
     "version",
     "embedding",

@@ -43,6 +43,7 @@ _AS_OF_BANK = """
 bank AS (
     SELECT v.memory_id AS id, v.tenant_id, v.user_id, m.agent_id, m.run_id, v.content, v.tags, v.owner,
            v.memory_at, v.status, v.version, v.expires_at, coalesce(v.language, 'en') AS language,
+           v.valid_from, v.valid_to,
            -- the memory's current vector while the text is the same (it follows a re-embedding);
            -- else the version's, or, for a version that changed no text, the last one written
            CASE WHEN v.content = m.content THEN m.embedding ELSE coalesce(v.embedding, (
@@ -70,7 +71,8 @@ _UNEXPIRED_AS_OF = " AND (v.expires_at IS NULL OR v.expires_at > :as_of)"
 # candidates, which never include an expired memory.
 _NEAREST_IN_SCOPE = text(
     """SELECT q.ord, b.id, b.user_id, b.agent_id, b.run_id, b.content, b.tags, b.owner, b.status, b.version,
-       b.memory_at, b.created_at, b.updated_at, b.expires_at, b.language, 1 - v.distance AS score,
+       b.memory_at, b.created_at, b.updated_at, b.expires_at, b.language, b.valid_from, b.valid_to,
+       1 - v.distance AS score,
        1 - v.distance AS similarity
 FROM unnest(CAST(CAST(:embeddings AS text[]) AS vector[])) WITH ORDINALITY AS q(e, ord)
 CROSS JOIN LATERAL (
@@ -104,6 +106,8 @@ class Hit:
     similarity: float | None
     expires_at: datetime | None = None
     language: str | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
 
 
 # BM25's term-frequency saturation and length normalisation: Anserini's defaults, which also ranked
@@ -233,7 +237,8 @@ lex AS (
         score = "found.rank"
     sql = f"""WITH {", ".join(ctes)}
 SELECT b.id, b.user_id, b.agent_id, b.run_id, b.content, b.tags, b.owner, b.status, b.version,
-       b.memory_at, b.created_at, b.updated_at, b.expires_at, b.language, {score} AS score,
+       b.memory_at, b.created_at, b.updated_at, b.expires_at, b.language, b.valid_from, b.valid_to,
+       {score} AS score,
        {similarity} AS similarity
 FROM found JOIN {relation} b ON b.id = found.id AND b.tenant_id = :tenant_id
 ORDER BY score DESC, found.distance NULLS LAST, b.created_at, b.id
@@ -413,4 +418,6 @@ def _hit(r: Any) -> Hit:
         similarity=None if r.similarity is None else float(r.similarity),
         expires_at=r.expires_at,
         language=r.language,
+        valid_from=r.valid_from,
+        valid_to=r.valid_to,
     )

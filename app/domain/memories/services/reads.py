@@ -26,10 +26,15 @@ async def list_memories(
     limit: int,
     as_of: datetime | None = None,
     include_expired: bool = False,
+    valid_at: datetime | None = None,
 ) -> Page[Memory | MemoryAsOf]:
     """A page of the scope's memories as they stand now, or as they stood at `as_of`; those expired
-    (now, or at `as_of`) only with `include_expired`."""
+    (now, or at `as_of`) only with `include_expired`. With `valid_at`, those whose fact held at that
+    time: with the default status (`active`), those superseded since as well (a replaced fact held
+    until it was replaced)."""
     statuses = None if status == "all" else [status]
+    if valid_at is not None and status == "active":
+        statuses = ["active", "superseded"]
     after = decode_keyset(cursor) if cursor else None
     repo = MemoryRepository(session)
 
@@ -44,6 +49,7 @@ async def list_memories(
                 after=after,
                 limit=n,
                 include_expired=include_expired,
+                valid_at=valid_at,
             )
         return await repo.page(
             tenant_id,
@@ -53,6 +59,7 @@ async def list_memories(
             after=after,
             limit=n,
             include_expired=include_expired,
+            valid_at=valid_at,
         )
 
     return await paged(fetch, limit, cursor_after)

@@ -64,6 +64,8 @@ class Rows:
                     "status": state["status"],
                     "memory_at": state["memory_at"],
                     "expires_at": state["expires_at"],
+                    "valid_from": state["valid_from"],
+                    "valid_to": state["valid_to"],
                     "embedding": embedding,
                     "supersedes": supersedes,
                     "superseded_by": superseded_by,
@@ -92,6 +94,8 @@ class Rows:
                     "status": "active",
                     "memory_at": memory_at,
                     "expires_at": op.expires_at or request.expires_at,
+                    "valid_from": op.valid_from,
+                    "valid_to": op.valid_to,
                 }
                 self.new.append(
                     {
@@ -115,9 +119,14 @@ class Rows:
                     embedding,
                     supersedes=[m.id for m in targets] or None,
                 )
-                for old in targets:  # SUPERSEDE: each replaced memory gets a new, superseded version
-                    old_state = old.state() | {"status": "superseded"}
-                    self.changed.append(old.change(changeset_id, status="superseded"))
+                # SUPERSEDE: each replaced memory gets a new, superseded version; a fact still open
+                # stopped holding when the new one began (where the writer says), else when the new
+                # one was stated.
+                ended = op.valid_from or memory_at
+                for old in targets:
+                    valid_to = old.valid_to or ended
+                    old_state = old.state() | {"status": "superseded", "valid_to": valid_to}
+                    self.changed.append(old.change(changeset_id, status="superseded", valid_to=valid_to))
                     version(
                         old.id, old.version + 1, "SUPERSEDE", old_state, op.reason, superseded_by=memory_id
                     )
@@ -128,6 +137,7 @@ class Rows:
                 content = (op.content or "").strip()
                 tags = list(op.tags) or list(old.tags)
                 expires_at = expiry_after(op, old)
+                valid_from, valid_to = op.valid_from or old.valid_from, op.valid_to or old.valid_to
                 self.changed.append(
                     old.change(
                         changeset_id,
@@ -136,6 +146,8 @@ class Rows:
                         embedding=embedding,
                         memory_at=memory_at,
                         expires_at=expires_at,
+                        valid_from=valid_from,
+                        valid_to=valid_to,
                     )
                 )
                 updated = old.state() | {
@@ -143,6 +155,8 @@ class Rows:
                     "tags": tags,
                     "memory_at": memory_at or old.memory_at,
                     "expires_at": expires_at,
+                    "valid_from": valid_from,
+                    "valid_to": valid_to,
                 }
                 version(old.id, old.version + 1, "UPDATE", updated, op.reason, embedding)
                 entry["memory_id"] = str(old.id)

@@ -1,0 +1,76 @@
+"""Valid time through the whole pipeline with the offline writer: a fact replaced by a newer one stops
+holding when the newer one was said, `valid_at` lists what held then (replaced facts included), and
+undoing the replacement reopens the old fact's validity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from tests.conftest import TenantKeys
+from tests.support.workers import running_worker, wait_for_chunks
+
+Client = AsyncTestClient[Litestar]
+
+
+async def say(api: Client, headers: dict[str, str], text: str, at: str) -> None:
+    response = await api.post(
+        "/v1/chunks",
+        json={"user_id": "ana", "messages": [{"role": "user", "content": text, "created_at": at}]},
+        headers=headers,
+    )
+    assert response.status_code == 202, response.text
+
+
+async def held_at(api: Client, tenant: TenantKeys, moment: str, **params: Any) -> list[dict[str, Any]]:
+    response = await api.get(
+        "/v1/memories", params={"user_id": "ana", "valid_at": moment, **params}, headers=tenant.admin
+    )
+    assert response.status_code == 200, response.text
+    items: list[dict[str, Any]] = response.json()["items"]
+    return items
+
+
+async def test_a_replaced_fact_held_until_the_new_one_and_undo_reopens_it(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    async with running_worker(pipeline_settings):
+        await say(api, ingest_headers, "I live in Lyon.", "2020-01-05T10:00:00Z")
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 1)
+        await say(api, ingest_headers, "I moved to Seattle.", "2024-03-10T09:00:00Z")
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 2)
+
+    [lyon] = await held_at(api, tenant, "2022-06-01T00:00:00Z")
+    assert lyon["content"] == "The user lives in Lyon."
+    assert lyon["status"] == "superseded"  # replaced since, but it held then
+    assert lyon["valid_to"] == "2024-03-10T09:00:00Z"
+    [seattle] = await held_at(api, tenant, "2025-01-01T00:00:00Z")
+    assert seattle["content"] == "The user lives in Seattle."
+    assert seattle["valid_to"] is None
+    assert await held_at(api, tenant, "2019-06-01T00:00:00Z") == []  # before anything was said
+    # Another status asked for is kept: nothing deleted held then.
+    assert await held_at(api, tenant, "2022-06-01T00:00:00Z", status="deleted") == []
+    # The history shows validity on each version: open, then closed by the SUPERSEDE.
+    response = await api.get(f"/v1/memories/{lyon['id']}/history", headers=tenant.admin)
+    assert [(v["op"], v["valid_to"]) for v in response.json()["versions"]] == [
+        ("ADD", None),
+        ("SUPERSEDE", "2024-03-10T09:00:00Z"),
+    ]
+
+    # Undo the move: Lyon's validity reopens with its text and status.
+    response = await api.get(f"/v1/memories/{seattle['id']}/history", headers=tenant.admin)
+    changeset_id = response.json()["versions"][0]["changeset_id"]
+    response = await api.post(f"/v1/admin/changesets/{changeset_id}/revert", json={}, headers=tenant.admin)
+    assert response.status_code == 200, response.text
+    [again] = await held_at(api, tenant, "2025-01-01T00:00:00Z")
+    assert again["id"] == lyon["id"]
+    assert again["status"] == "active"
+    assert again["valid_to"] is None
