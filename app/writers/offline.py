@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from app.writers.base import Candidate, Op, OpKind, WriteRequest, WriteResult
+from app.writers.time_expressions import resolve
 
 # Bump when the rules change what they extract, so changesets show which rule set wrote them.
-RULES_VERSION = "offline-rules/1"
+RULES_VERSION = "offline-rules/2"  # 2: facts carry the validity their sentence states
 RULES_HASH = hashlib.sha256(RULES_VERSION.encode()).hexdigest()
 
 MAX_VALUE_CHARS = 100  # longer captures are run-on clauses more often than facts; they are dropped
@@ -181,6 +183,10 @@ class _Fact:
     content: str = ""  # the memory text; empty for a retraction
     tags: tuple[str, ...] = ()
     retracts: bool = False  # the user said this value no longer holds
+    # When it held, from a time expression of its sentence against the message's time ("since 2019",
+    # "until last year", "last month"; `time_expressions`); None where the sentence names no time.
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
 
 
 def _single(slot: str, label: str, tag: str, template: str) -> Callable[[dict[str, str]], _Fact]:
@@ -577,11 +583,17 @@ def _statements(request: WriteRequest) -> Iterator[_Fact]:
         if message.role != "user":
             continue
         text = message.content.replace("\u2019", "'").replace("\u2018", "'")
+        said_at = message.created_at or request.memory_at
+        if said_at.tzinfo is None:
+            said_at = said_at.replace(tzinfo=UTC)
         for sentence in _sentences(text):
             if not sentence or _QUESTION.search(sentence):
                 continue
+            validity = resolve(sentence, said_at)
             for clause in _clauses(sentence):
                 fact = _fact_of(clause)
+                if fact is not None and validity is not None:
+                    fact = replace(fact, valid_from=validity.valid_from, valid_to=validity.valid_to)
                 if fact is not None:
                     yield fact
 
@@ -665,8 +677,18 @@ def _assert(fact: _Fact, holding: list[tuple[Candidate, _Fact]]) -> Op:
             targets=tuple(candidate.local_id for candidate, _ in holding),
             tags=fact.tags,
             reason=f"{fact.label} changed from {old} to {fact.value}",
+            valid_from=fact.valid_from,
+            valid_to=fact.valid_to,
         )
-    return Op(OpKind.ADD, content=content, tags=fact.tags, owner="user", reason="stated by the user")
+    return Op(
+        OpKind.ADD,
+        content=content,
+        tags=fact.tags,
+        owner="user",
+        reason="stated by the user",
+        valid_from=fact.valid_from,
+        valid_to=fact.valid_to,
+    )
 
 
 class OfflineWriter:

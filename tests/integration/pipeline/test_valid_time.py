@@ -74,3 +74,25 @@ async def test_a_replaced_fact_held_until_the_new_one_and_undo_reopens_it(
     assert again["id"] == lyon["id"]
     assert again["status"] == "active"
     assert again["valid_to"] is None
+
+
+async def test_the_offline_writer_reads_when_a_fact_began_from_its_sentence(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """ "I moved to Berlin last month", said on 10 March 2024 (Berlin time): the move, and so the old
+    fact's end, was on 1 February; the message's own zone decides what "last month" is."""
+    async with running_worker(pipeline_settings):
+        await say(api, ingest_headers, "I live in Lyon.", "2020-01-05T10:00:00Z")
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 1)
+        await say(api, ingest_headers, "I moved to Berlin last month.", "2024-03-10T09:00:00+01:00")
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 2)
+    [lyon] = await held_at(api, tenant, "2024-01-31T12:00:00Z")
+    assert lyon["content"] == "The user lives in Lyon."
+    assert lyon["valid_to"] == "2024-01-31T23:00:00Z"  # 1 February, midnight at +01:00
+    [berlin] = await held_at(api, tenant, "2024-02-15T00:00:00Z")
+    assert berlin["content"] == "The user lives in Berlin."
+    assert berlin["valid_from"] == "2024-01-31T23:00:00Z"
