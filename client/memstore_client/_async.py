@@ -129,7 +129,7 @@ class AsyncClient:
     # --- memories -------------------------------------------------------------------------------
 
     async def list_memories(self, user_id: str, **filters: Any) -> models.MemoryPage:
-        """One page (`status`, `as_of`, `agent_id`, `limit`, `cursor`, `include_expired`)."""
+        """One page (`status`, `as_of`, `valid_at`, `agent_id`, `limit`, `cursor`, `include_expired`)."""
         return await self.send(c.list_memories(user_id, **filters))
 
     def iter_memories(self, user_id: str, **filters: Any) -> AsyncIterator[models.Memory]:

@@ -212,6 +212,7 @@ def list_memories(
     limit: int = 100,
     cursor: str | None = None,
     include_expired: bool = False,
+    valid_at: datetime | None = None,
 ) -> Call[models.MemoryPage]:
     return get(
         "/v1/memories",
@@ -219,6 +220,7 @@ def list_memories(
         user_id=user_id,
         status=status,
         as_of=as_of,
+        valid_at=valid_at,
         agent_id=agent_id,
         limit=limit,
         cursor=cursor,

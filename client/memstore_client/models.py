@@ -68,6 +68,9 @@ class Memory(msgspec.Struct):
     owner: str = "user"
     memory_at: datetime | None = None
     expires_at: datetime | None = None  # hidden from reads from then on (None: never)
+    language: str | None = None  # detected when the text was written (ISO 639-1)
+    valid_from: datetime | None = None  # when the fact began to hold (None: unknown)
+    valid_to: datetime | None = None  # when it stopped holding (None: still holds, or unknown)
 
 
 class Page(msgspec.Struct):
@@ -110,6 +113,8 @@ class Version(msgspec.Struct):
     owner: str | None = None
     memory_at: datetime | None = None
     expires_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
 
 
 class History(msgspec.Struct):

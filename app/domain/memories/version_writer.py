@@ -176,6 +176,7 @@ _IMPORTED_CHANGES = (
     "tags",
     "owner",
     "memory_at",
+    "expires_at",
     "valid_from",
     "valid_to",
     "status",

@@ -84,6 +84,9 @@ class VersionRecord(msgspec.Struct):
     memory_at: Moment | None = None
     supersedes: Annotated[list[uuid.UUID], msgspec.Meta(max_length=100)] | None = None
     superseded_by: uuid.UUID | None = None
+    expires_at: Moment | None = None
+    valid_from: Moment | None = None
+    valid_to: Moment | None = None
 
 
 class MemoryRecord(msgspec.Struct):
@@ -99,6 +102,9 @@ class MemoryRecord(msgspec.Struct):
     tags: Tags = msgspec.field(default_factory=list)
     owner: Owner = "user"
     memory_at: Moment | None = None
+    expires_at: Moment | None = None
+    valid_from: Moment | None = None
+    valid_to: Moment | None = None
 
 
 class ImportIn(msgspec.Struct, forbid_unknown_fields=True):

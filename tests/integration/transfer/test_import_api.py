@@ -74,6 +74,8 @@ def exported() -> dict[str, Any]:
                 "version": 2,
                 "created_at": "2026-01-02T10:00:01Z",
                 "updated_at": "2026-01-03T09:00:00Z",
+                "valid_from": "2019-05-01T00:00:00Z",
+                "expires_at": "2030-01-01T00:00:00Z",
                 "versions": [
                     {
                         "version": 1,
@@ -96,6 +98,8 @@ def exported() -> dict[str, Any]:
                         "changeset_id": str(UPDATE_CHANGESET),
                         "actor": "key:k",
                         "reason": "typo",
+                        "valid_from": "2019-05-01T00:00:00Z",
+                        "expires_at": "2030-01-01T00:00:00Z",
                     },
                 ],
             }
@@ -122,6 +126,10 @@ async def test_an_export_lands_as_written_once_under_this_tenants_ids(
         "items"
     ]
     assert memory["content"] == "The user lives in Lyon, France."
+    # Valid time and expiry come with the head and each version.
+    assert (memory["valid_from"], memory["expires_at"]) == ("2019-05-01T00:00:00Z", "2030-01-01T00:00:00Z")
+    history = (await client.get(f"/v1/memories/{memory['id']}/history", headers=tenant.admin)).json()
+    assert [v["valid_from"] for v in history["versions"]] == [None, "2019-05-01T00:00:00Z"]
     assert memory["id"] != str(MEMORY)  # an id of this tenant's own
     explained = (await client.get(f"/v1/memories/{memory['id']}/explain", headers=tenant.admin)).json()
     first, second = explained["versions"]
