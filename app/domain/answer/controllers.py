@@ -80,6 +80,7 @@ class AnswerController(Controller):
             top_k=data.top_k,
             as_of=data.as_of,
             agent_id=data.agent_id,
+            valid_at=data.valid_at,
         )
         answer = await answer_question(sessionmaker, searcher, reader, caller.tenant_id, question)
         return answer_out(answer)

@@ -41,6 +41,7 @@ class Question:
     top_k: int = DEFAULT_TOP_K
     as_of: datetime | None = None
     agent_id: str | None = None
+    valid_at: datetime | None = None  # only what held then (valid time)
     # Further users' banks read too, `top_k` from each after the first's (an evaluation that keeps a
     # bank per speaker of a conversation, as Mem0's and MemOS's LoCoMo harnesses do).
     also_user_ids: tuple[str, ...] = ()
@@ -80,6 +81,7 @@ async def retrieve(
                 as_of=question.as_of,
                 agent_id=question.agent_id,
                 mode="hybrid",
+                valid_at=question.valid_at,
             ),
         )
     sources = await AnswerRepository(session).sources(tenant_id, [(h.id, h.version) for h in hits])

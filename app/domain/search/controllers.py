@@ -50,6 +50,7 @@ class SearchController(Controller):
             mode=data.mode,
             all_users=data.all_users,
             include_expired=data.include_expired,
+            valid_at=data.valid_at,
         )
         hits = await searcher.search(db_session, caller.tenant_id, query)
         return SearchOut(results=[_result(h) for h in hits])

@@ -59,9 +59,16 @@ bank AS (
         ORDER BY memory_id, version DESC
     ) v
     JOIN memories m ON m.id = v.memory_id
-    WHERE v.status = 'active'{expiry_filter}
+    WHERE {status_filter}{expiry_filter}
 )"""
 
+
+# What held at `:valid_at` (valid time; `memories.repositories.held_at`): active or superseded since, from
+# its valid_from (or, unknown, from when it was stated) until its valid_to.
+_HELD = (
+    "{p}status IN ('active', 'superseded') AND coalesce({p}valid_from, {p}memory_at, {created}) <= :valid_at"
+    " AND ({p}valid_to IS NULL OR {p}valid_to > :valid_at)"
+)
 
 # Not expired by the time the bank is read as of.
 _UNEXPIRED_AS_OF = " AND (v.expires_at IS NULL OR v.expires_at > :as_of)"
@@ -133,6 +140,7 @@ def _statement(  # noqa: PLR0912  (one branch per option)
     threshold: bool,
     fusion: Fusion = "relative",
     include_expired: bool = False,
+    valid: bool = False,
 ) -> TextClause:
     """The search statement for one combination of options (built once per combination)."""
     ctes: list[str] = []
@@ -142,6 +150,9 @@ def _statement(  # noqa: PLR0912  (one branch per option)
         ctes.append(
             _AS_OF_BANK.format(
                 user_filter="AND user_id = :user_id" if scoped else "",
+                status_filter=_HELD.format(p="v.", created="m.created_at")
+                if valid
+                else "v.status = 'active'",
                 expiry_filter="" if include_expired else _UNEXPIRED_AS_OF,
                 # versions written before they carried lexemes were English
                 lexemes=", coalesce(v.lexemes, to_tsvector('english'::regconfig, v.content)) AS lexemes"
@@ -152,8 +163,9 @@ def _statement(  # noqa: PLR0912  (one branch per option)
         relation = "bank"
     else:
         relation = "memories"
-        filters.append("tenant_id = :tenant_id AND status = 'active'")
-        lex_filters.append("tenant_id = :tenant_id AND status = 'active'")
+        status = _HELD.format(p="", created="created_at") if valid else "status = 'active'"
+        filters.append(f"tenant_id = :tenant_id AND {status}")
+        lex_filters.append(f"tenant_id = :tenant_id AND {status}")
         if scoped:
             # The vector half of the HNSW route must walk the graph, not the scope's B-tree; the
             # lexical half reads the scope (or the GIN index) either way.
@@ -343,6 +355,7 @@ class SearchRepository:
         as_of: datetime | None,
         include_expired: bool = False,
         vector_base: float = 0.0,
+        valid_at: datetime | None = None,
     ) -> list[Hit]:
         """The best `top_k` of the source: by vector, by BM25 over `words` (the query's content words,
         letters and digits only, read with each of the text search configurations `lex_configs`), or both
@@ -360,6 +373,7 @@ class SearchRepository:
             threshold is not None,
             fusion,
             include_expired,
+            valid_at is not None,
         )
         params: dict[str, Any] = {
             "tenant_id": tenant_id,
@@ -379,6 +393,7 @@ class SearchRepository:
             "agent_id": agent_id,
             "tags": list(tags),
             "as_of": as_of,
+            "valid_at": valid_at,
         }
         rows = await self.session.execute(stmt, params)  # parameters a statement lacks are ignored
         return [_hit(r) for r in rows]

@@ -35,6 +35,7 @@ class SearchIn(msgspec.Struct, forbid_unknown_fields=True):
     mode: SearchMode = "hybrid"
     all_users: bool = False  # every user of the tenant (approximate, through the HNSW index)
     include_expired: bool = False  # also memories whose expires_at has passed
+    valid_at: Moment | None = None  # only memories whose fact held then (valid time); needs user_id
 
 
 class SearchResult(msgspec.Struct):

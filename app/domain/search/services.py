@@ -86,6 +86,7 @@ class SearchQuery:
     mode: SearchMode = "hybrid"
     all_users: bool = False
     include_expired: bool = False  # also memories whose expires_at has passed (at `as_of`, or now)
+    valid_at: datetime | None = None  # only what held then (valid time), superseded memories included
 
 
 @dataclass
@@ -114,6 +115,11 @@ class Searcher:
             raise InvalidField(
                 f"top_k is at most {self.settings.search_max_top_k}",
                 details={"top_k": f"at most {self.settings.search_max_top_k}"},
+            )
+        if query.valid_at is not None and query.all_users:
+            raise InvalidField(
+                "valid_at searches one user's memories (user_id), not all users",
+                details={"valid_at": "needs user_id, not all_users"},
             )
         await self.check_embedder(session)
         try:
@@ -169,6 +175,8 @@ class Searcher:
         vector = query.mode != "lexical"
         if query.as_of is not None:
             source = "as_of"
+        elif query.valid_at is not None:
+            source = "exact"  # superseded memories are in no index of current ones: read the scope
         elif user_id is None or (vector and await self._large_scope(repo, tenant_id, user_id)):
             source = "hnsw"  # a lexical search of one scope has no graph to use: it stays on the scope
         else:
@@ -216,6 +224,7 @@ class Searcher:
             tags=query.tags,
             as_of=query.as_of,
             include_expired=query.include_expired,
+            valid_at=query.valid_at,
         )
         if vector and words and self.settings.search_fusion == "rrf":
             # The fused score as a share of the best possible (first in both rankings).
