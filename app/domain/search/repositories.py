@@ -308,6 +308,14 @@ class SearchRepository:
         )
         return int(found or 0) >= size
 
+    async def memories_reach(self, tenant_id: uuid.UUID, size: int) -> bool:
+        """Whether the tenant has at least `size` memories (reads at most `size` index entries)."""
+        found = await self.session.scalar(
+            text("SELECT count(*) FROM (SELECT 1 FROM memories WHERE tenant_id = :tenant_id LIMIT :size) m"),
+            {"tenant_id": tenant_id, "size": size},
+        )
+        return int(found or 0) >= size
+
     async def scope_reaches(self, tenant_id: uuid.UUID, user_id: str, size: int) -> bool:
         """Whether the scope has at least `size` active memories (reads at most `size` index entries)."""
         found = await self.session.scalar(

@@ -116,11 +116,6 @@ class Searcher:
                 f"top_k is at most {self.settings.search_max_top_k}",
                 details={"top_k": f"at most {self.settings.search_max_top_k}"},
             )
-        if query.valid_at is not None and query.all_users:
-            raise InvalidField(
-                "valid_at searches one user's memories (user_id), not all users",
-                details={"valid_at": "needs user_id, not all_users"},
-            )
         await self.check_embedder(session)
         try:
             [embedding] = await embed_queries(self.embedder, [query.query])
@@ -131,6 +126,8 @@ class Searcher:
         user_id = None if query.all_users else query.user_id
         if user_id is None and query.as_of is not None:
             await self._bound_history_read(session, tenant_id, query.as_of)
+        elif user_id is None and query.valid_at is not None:
+            await self._bound_tenant_read(session, tenant_id)
         return await self._run(session, tenant_id, user_id, embedding, query)
 
     async def _bound_history_read(self, session: AsyncSession, tenant_id: uuid.UUID, as_of: datetime) -> None:
@@ -141,6 +138,18 @@ class Searcher:
             raise AsOfTooBroad(
                 f"A search over all users as of a time may read at most {bound} versions, and this "
                 "tenant has more; search one user (user_id) as of that time.",
+                details={"max_versions": bound},
+            )
+
+    async def _bound_tenant_read(self, session: AsyncSession, tenant_id: uuid.UUID) -> None:
+        """A search over every user at a valid time reads the tenant's memories exactly (replaced facts
+        are in no index of current ones): refused (422) beyond `search_as_of_all_users_max_versions`
+        memories, counted no further."""
+        bound = self.settings.search_as_of_all_users_max_versions
+        if bound and await SearchRepository(session).memories_reach(tenant_id, bound + 1):
+            raise AsOfTooBroad(
+                f"A search over all users at a valid time may read at most {bound} memories, and this "
+                "tenant has more; search one user (user_id) at that time.",
                 details={"max_versions": bound},
             )
 
@@ -176,7 +185,7 @@ class Searcher:
         if query.as_of is not None:
             source = "as_of"
         elif query.valid_at is not None:
-            source = "exact"  # superseded memories are in no index of current ones: read the scope
+            source = "exact"  # replaced facts are in no index of current ones: read the rows
         elif user_id is None or (vector and await self._large_scope(repo, tenant_id, user_id)):
             source = "hnsw"  # a lexical search of one scope has no graph to use: it stays on the scope
         else:

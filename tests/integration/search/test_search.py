@@ -519,3 +519,14 @@ async def test_a_search_over_all_users_as_of_a_time_reads_a_bounded_history(
             )
             assert one.status_code == 200, one.text
             assert len(one.json()["results"]) == 2
+            # At a valid time, every user's memories are read exactly too: bounded by their number.
+            held = {
+                "query": body["query"],
+                "valid_at": moment.isoformat(),
+                "threshold": -1,
+                "all_users": True,
+            }
+            everyone = await client.post("/v1/memories/search", json=held, headers=tenant.admin)
+            assert everyone.status_code == all_users_status, everyone.text
+            if all_users_status == 200:
+                assert {r["memory"]["user_id"] for r in everyone.json()["results"]} == {"ana", "bob"}
