@@ -144,6 +144,35 @@ async def test_stale_target_and_newer_update(
     assert (await _memory(sessionmaker, "The user mainly uses Rust.")).status == "active"
 
 
+async def test_the_facts_time_decides_which_is_older_not_the_message_order_alone(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    said_2020, said_2024 = datetime(2020, 1, 5, tzinfo=UTC), datetime(2024, 3, 10, tzinfo=UTC)
+    await _apply(sessionmaker, tenant, [Op(OpKind.ADD, "The user lives in Lyon.")], memory_at=said_2020)
+    lyon = await _memory(sessionmaker, "The user lives in Lyon.")
+    shown = {0: Shown(lyon.id, lyon.version)}
+    # Said later, but about 2018: it cannot end a fact known to hold in 2020. It is kept as the past
+    # state, which held until Lyon began.
+    back_then = Op(
+        OpKind.SUPERSEDE,
+        "The user lived in Paris.",
+        targets=(0,),
+        valid_from=datetime(2018, 1, 1, tzinfo=UTC),
+    )
+    _, guards = await _apply(sessionmaker, tenant, [back_then], shown, memory_at=said_2024)
+    assert [g["guard"] for g in guards] == ["older_fact"]
+    assert (await _memory(sessionmaker, "The user lives in Lyon.")).status == "active"
+    paris = await _memory(sessionmaker, "The user lived in Paris.")
+    assert (paris.status, paris.valid_from, paris.valid_to) == ("active", back_then.valid_from, said_2020)
+
+    # Said later and about now: it replaces Lyon, whose validity ends when Seattle's begins.
+    moved = Op(OpKind.SUPERSEDE, "The user lives in Seattle.", targets=(0,))
+    _, guards = await _apply(sessionmaker, tenant, [moved], shown, memory_at=said_2024)
+    assert guards == []
+    lyon = await _memory(sessionmaker, "The user lives in Lyon.")
+    assert (lyon.status, lyon.valid_to) == ("superseded", said_2024)
+
+
 async def test_duplicate_check_is_exact_even_when_other_users_crowd_the_vector_index(
     sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
 ) -> None:

@@ -33,6 +33,18 @@ def expiry_after(op: Op, target: MemoryState) -> datetime | None:
     return None if op.clears_expiry else target.expires_at
 
 
+def fact_time(valid_from: datetime | None, memory_at: datetime | None) -> datetime | None:
+    """When a fact began to hold, as far as the bank knows: its valid time, else when it was said."""
+    return valid_from if valid_from is not None else memory_at
+
+
+def last_known(memory: MemoryState) -> datetime | None:
+    """The latest time a memory's fact is known to hold: when it was said, or when it began if that
+    is later (a plan stated ahead of its date)."""
+    known = [t for t in (memory.valid_from, memory.memory_at) if t is not None]
+    return max(known) if known else None
+
+
 def storable(text: str, limits: ApplyLimits) -> bool:
     """Whether `text` (stripped) may be stored as a memory's content."""
     return bool(text) and len(text) <= limits.max_chars and "\x00" not in text
@@ -96,21 +108,27 @@ def check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
             if problem or memory is None:
                 break
             targets.append(memory)
-        if problem is None and op.kind in (OpKind.UPDATE, OpKind.SUPERSEDE) and memory_at is not None:
-            newer = [m for m in targets if m.memory_at is not None and m.memory_at > memory_at]
+        began = fact_time(op.valid_from, memory_at)
+        if problem is None and op.kind in (OpKind.UPDATE, OpKind.SUPERSEDE) and began is not None:
+            known = {m.id: t for m in targets if (t := last_known(m)) is not None and t > began}
+            newer = [m for m in targets if m.id in known]
             if newer:
-                # An older statement never rewrites a newer fact (a late import, a replayed history),
-                # and is not lost either: it is kept as a memory of its own, the past state (as the
-                # Hy-Memory framework's `enforce_time_order` keeps it).
+                # A statement about an earlier state of affairs never rewrites a fact known to hold
+                # later (a late import, a replayed history, "back in 2019 I lived in Paris"), and is not
+                # lost either: it is kept as a memory of its own, the past state (as the Hy-Memory
+                # framework's `enforce_time_order` keeps it), which held until the newer fact began.
+                later = [t for m in newer if (t := fact_time(m.valid_from, m.memory_at)) and t > began]
                 guard(
                     guards,
                     "older_fact",
                     index,
                     op,
-                    f"the statement ({memory_at:%Y-%m-%d %H:%M}) is older than a memory it would replace "
-                    f"({newer[0].memory_at:%Y-%m-%d %H:%M}); added as a memory of its own instead",
+                    f"the fact ({began:%Y-%m-%d %H:%M}) is older than a memory it would replace "
+                    f"(known to hold {max(known.values()):%Y-%m-%d %H:%M}); added as a memory "
+                    "of its own instead",
                 )
-                accepted.append((index, replace(op, kind=OpKind.ADD, targets=()), []))
+                ended = op.valid_to or (min(later) if later else None)
+                accepted.append((index, replace(op, kind=OpKind.ADD, targets=(), valid_to=ended), []))
                 continue
         if problem:
             guard(guards, problem[0], index, op, problem[1])
