@@ -90,6 +90,11 @@ async def test_a_dated_plan_expires_and_is_no_longer_shown_to_the_writer(
         every = await _memories(api, ingest_headers, include_expired="true")
         assert every[DENTIST]["expires_at"] == "2026-11-03T00:00:00Z"  # once 2 November is over (UTC)
         assert every[JAPAN]["expires_at"] == "2100-01-01T00:00:00Z"
+        # The plan held until its day was over: that is its validity too.
+        assert [every[DENTIST]["valid_to"], every[JAPAN]["valid_to"]] == [
+            "2026-11-03T00:00:00Z",
+            "2100-01-01T00:00:00Z",
+        ]
         assert set(await _memories(api, ingest_headers)) == {JAPAN}
         search = {"user_id": "ana", "query": "when is the dentist appointment in Lyon"}
         found = await api.post("/v1/memories/search", json=search, headers=ingest_headers)
