@@ -141,6 +141,8 @@ class Candidate(msgspec.Struct):
     version: int
     content: str | None
     status: str | None
+    valid_from: datetime | None = None  # when the fact held, as that version said
+    valid_to: datetime | None = None
 
 
 class Changeset(msgspec.Struct):

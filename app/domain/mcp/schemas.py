@@ -37,6 +37,8 @@ class GetMemoriesArgs(msgspec.Struct, forbid_unknown_fields=True):
     cursor: Annotated[str, msgspec.Meta(pattern=KEYSET_PATTERN)] | None = None
     as_of: Moment | None = None
     include_expired: bool = False  # also the memories whose expires_at has passed
+    # Only the memories whose fact held then (valid time); with the default status, superseded ones too.
+    valid_at: Moment | None = None
 
 
 class MemoryRef(msgspec.Struct, forbid_unknown_fields=True):

@@ -168,6 +168,7 @@ async def get_memories(call: McpCall, args: GetMemoriesArgs) -> MemoryList:
             limit=args.limit,
             as_of=args.as_of,
             include_expired=args.include_expired,
+            valid_at=args.valid_at,
         )
         return MemoryList(items=[MemoryOut.of(m) for m in page.items], next_cursor=page.next_cursor)
 
@@ -240,7 +241,8 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "search_memories",
             "The user's active memories that best match a query, best first, with their scores "
-            "(POST /v1/memories/search). Needs the `read` role.",
+            "(POST /v1/memories/search); with `valid_at`, those whose fact held then, replaced ones "
+            "included. Needs the `read` role.",
             SearchMemoriesArgs,
             SearchController,
             SearchController.search,
@@ -249,7 +251,8 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "get_memories",
             "A page of a user's memories, oldest first (active by default; `next_cursor` for the next "
-            "page), as GET /v1/memories. Needs the `read` role.",
+            "page; with `valid_at`, those whose fact held then), as GET /v1/memories. Needs the `read` "
+            "role.",
             GetMemoriesArgs,
             MemoryController,
             MemoryController.list_memories,

@@ -99,7 +99,7 @@ class SearchIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Mem0Memory(msgspec.Struct):
-    """A memory as Mem0 shows one, with Memstore's own `status` and `version` besides."""
+    """A memory as Mem0 shows one, with Memstore's own `status`, `version` and valid time besides."""
 
     id: uuid.UUID
     memory: str
@@ -115,6 +115,9 @@ class Mem0Memory(msgspec.Struct):
     created_at: datetime
     updated_at: datetime
     expiration_date: str | None  # the last day it is shown (YYYY-MM-DD, UTC), as Mem0 shows it
+    # When its fact held in the user's world (Memstore's valid time; null where unknown).
+    valid_from: datetime | None
+    valid_to: datetime | None
 
     @classmethod
     def of(cls, memory: Any) -> Mem0Memory:
@@ -133,6 +136,8 @@ class Mem0Memory(msgspec.Struct):
             created_at=memory.created_at,
             updated_at=memory.updated_at,
             expiration_date=expiry.last_day(memory.expires_at),
+            valid_from=memory.valid_from,
+            valid_to=memory.valid_to,
         )
 
 
@@ -152,7 +157,8 @@ class SearchOut(msgspec.Struct):
 
 
 class HistoryEntry(msgspec.Struct):
-    """One version of a memory in Mem0's history shape, with Memstore's op and provenance."""
+    """One version of a memory in Mem0's history shape, with Memstore's op, provenance and the valid time
+    the version gave the fact."""
 
     id: str  # "<memory id>:<version>"
     memory_id: uuid.UUID
@@ -169,6 +175,8 @@ class HistoryEntry(msgspec.Struct):
     reason: str | None
     created_at: datetime
     updated_at: datetime
+    valid_from: datetime | None
+    valid_to: datetime | None
 
 
 class UpdateIn(msgspec.Struct, forbid_unknown_fields=True):

@@ -29,6 +29,7 @@ from app.domain.memories.repositories import unexpired
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
 from app.embeddings import Embedder
 from app.lib.errors import InvalidField, MemoryChanged, NotFoundError
+from app.lib.validation import Moment, parse_moment
 from app.writers.base import Op, OpKind
 from app.writers.verbatim import VERBATIM
 
@@ -84,9 +85,17 @@ def chunk_of(body: AddIn) -> ChunkIn:
         "writer": None if body.infer else VERBATIM,
     }
     try:
-        return msgspec.convert(chunk, ChunkIn, strict=False)
+        return msgspec.convert(chunk, ChunkIn, strict=False, dec_hook=_client_time)
     except msgspec.ValidationError as exc:
         raise InvalidField(str(exc)) from exc
+
+
+def _client_time(target: type, value: Any) -> Any:
+    """`dec_hook`: a chunk's times (`Moment`) checked as a request's are (`app.lib.validation`)."""
+    if target is Moment:
+        return parse_moment(value)
+    msg = f"no decoder for {target!r}"
+    raise NotImplementedError(msg)
 
 
 async def event(
@@ -156,6 +165,8 @@ def history_entries(versions: Sequence[Any]) -> list[HistoryEntry]:
                 reason=v.reason,
                 created_at=v.created_at,
                 updated_at=v.created_at,
+                valid_from=v.valid_from,
+                valid_to=v.valid_to,
             )
         )
         previous = v.content

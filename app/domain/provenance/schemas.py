@@ -37,6 +37,9 @@ class CandidateOut(msgspec.Struct):
     version: int
     content: str | None  # None: the version is gone (a purge)
     status: str | None
+    # When its fact held, as that version said (valid time; null where unknown, or gone).
+    valid_from: datetime | None
+    valid_to: datetime | None
 
 
 class ExplainedVersion(msgspec.Struct):

@@ -100,6 +100,8 @@ async def explain_memory(
                         version=int(c["version"]),
                         content=seen.content if seen else None,
                         status=seen.status if seen else None,
+                        valid_from=seen.valid_from if seen else None,
+                        valid_to=seen.valid_to if seen else None,
                     )
                 )
         written_by = None if changeset is None else ChangesetOut.of(changeset, raw=raw_output)

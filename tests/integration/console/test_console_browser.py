@@ -53,8 +53,10 @@ async def page(browser: Browser) -> AsyncIterator[Page]:
     await context.close()
 
 
-async def _say(http: httpx.AsyncClient, tenant: TenantKeys, user: str, text: str) -> None:
-    body = {"user_id": user, "messages": [{"role": "user", "content": text}]}
+async def _say(
+    http: httpx.AsyncClient, tenant: TenantKeys, user: str, text: str, at: str | None = None
+) -> None:
+    body = {"user_id": user, "messages": [{"role": "user", "content": text, "created_at": at}]}
     response = await http.post("/v1/chunks", json=body, headers=tenant.admin)
     assert response.status_code == 202, response.text
 
@@ -71,10 +73,11 @@ async def test_sign_in_find_a_user_go_back_in_time_and_roll_a_memory_back(
     async with live_api(settings) as base_url, running_worker(settings):
         async with httpx.AsyncClient(base_url=base_url) as http:
             await _say(http, tenant, "bob", "I'm vegetarian.")
-            await _say(http, tenant, "ana", "I live in Lyon.")
+            await _say(http, tenant, "ana", "I live in Lyon.", "2020-01-05T10:00:00Z")
             await wait_for_chunks(sessionmaker, tenant.tenant_id, 2)
             in_lyon = await db_now(sessionmaker)
-            await _say(http, tenant, "ana", "I moved to Seattle last month.")
+            # Said on 10 March 2024: the move, and so Lyon's end, was on 1 February (valid time).
+            await _say(http, tenant, "ana", "I moved to Seattle last month.", "2024-03-10T09:00:00Z")
             await wait_for_chunks(sessionmaker, tenant.tenant_id, 3)
 
         # Sign in with the keyboard alone.
@@ -93,6 +96,7 @@ async def test_sign_in_find_a_user_go_back_in_time_and_roll_a_memory_back(
         bank = page.locator("#bank")
         await expect(bank).to_contain_text("The user lives in Seattle.")
         await expect(bank).not_to_contain_text("The user lives in Lyon.")
+        await expect(bank.locator("tr", has_text="Seattle")).to_contain_text("held since 2024-02-01")
 
         # The time control: the bank as it stood before she moved.
         await page.get_by_label("Bank as of").fill(in_lyon.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3])
@@ -110,6 +114,11 @@ async def test_sign_in_find_a_user_go_back_in_time_and_roll_a_memory_back(
         second = timeline.locator("li[data-version='2']")
         await expect(second).to_contain_text("SUPERSEDE")
         await expect(second).to_contain_text("I moved to Seattle last month.")
+        # When the fact held: open when added, closed by the move; and the text's language.
+        await expect(page.locator("#memory-held")).to_have_text("held until 2024-02-01")
+        await expect(page.locator("#memory-language")).to_have_text("en")
+        await expect(first.locator(".held")).to_have_count(0)
+        await expect(second.locator(".held")).to_have_text("held until 2024-02-01")
 
         # Dry run first: the diff, and nothing written yet.
         await first.get_by_role("button", name="Roll back to v1…").click()
@@ -126,6 +135,8 @@ async def test_sign_in_find_a_user_go_back_in_time_and_roll_a_memory_back(
         await expect(third).to_contain_text("ROLLBACK")
         await expect(third).to_contain_text("rolled back from the admin console")
         await expect(page.locator("#memory-now")).to_have_text("The user lives in Lyon.")
+        # Rolled back to its first version, the fact is open again.
+        await expect(page.locator("#memory-held")).to_have_text("— (not known)")
         await page.screenshot(path=shots / "timeline.png", full_page=True)
     print(f"screenshots: {shots}")
 

@@ -10,6 +10,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 os.environ.setdefault("MEM0_TELEMETRY", "false")  # before mem0 is imported: no calls home
@@ -179,6 +180,42 @@ async def test_the_mem0_client_runs_every_call_against_memstore_and_each_lands_i
         assert native(base_url, key, "GET", "/v1/memories?user_id=bo")["items"] == []
         every_status = native(base_url, key, "GET", "/v1/memories?user_id=bo&status=all")["items"]
         assert [m["status"] for m in every_status] == ["deleted"]  # soft: history keeps it
+
+    await asyncio.to_thread(scenario)
+
+
+async def test_the_mem0_client_reads_when_each_fact_held(base_url: str, tenant: TenantKeys) -> None:
+    """Ana lived in Lyon (said in 2020), then "moved to Berlin last month" (said on 10 March 2024, UTC):
+    Berlin held from 1 February, Lyon until then. Mem0 has no valid time; its client reads Memstore's as
+    extra keys of each memory and each history entry."""
+    moved = "2024-02-01T00:00:00Z"
+
+    def scenario() -> None:
+        client = MemoryClient(api_key=tenant.admin_key, host=base_url)
+        said = (
+            ("I live in Lyon.", "2020-01-05T10:00:00+00:00"),
+            ("I moved to Berlin last month.", "2024-03-10T09:00:00+00:00"),
+        )
+        for text, at in said:
+            added = client.add(text, user_id="ana", timestamp=int(datetime.fromisoformat(at).timestamp()))
+            assert wait_event(client, added["event_id"])["status"] == "SUCCEEDED"
+
+        [berlin] = client.get_all(filters={"user_id": "ana"})["results"]
+        assert berlin["memory"] == "The user lives in Berlin."
+        assert (berlin["valid_from"], berlin["valid_to"]) == (moved, None)
+        [hit] = client.search("where does the user live", filters={"user_id": "ana"}, top_k=1)["results"]
+        assert (hit["id"], hit["valid_from"], hit["valid_to"]) == (berlin["id"], moved, None)
+        assert client.get(berlin["id"])["valid_from"] == moved
+
+        # Lyon, replaced: still answered by id (only a deleted memory is gone for Mem0), closed by the move.
+        items = native(base_url, tenant.admin_key, "GET", "/v1/memories?user_id=ana&status=all")["items"]
+        lyon_id = next(m["id"] for m in items if m["content"] == "The user lives in Lyon.")
+        lyon = client.get(lyon_id)
+        assert (lyon["status"], lyon["valid_from"], lyon["valid_to"]) == ("superseded", None, moved)
+        assert [(h["op"], h["valid_to"]) for h in client.history(lyon_id)] == [
+            ("ADD", None),
+            ("SUPERSEDE", moved),
+        ]
 
     await asyncio.to_thread(scenario)
 

@@ -214,3 +214,39 @@ async def test_a_chunk_shows_its_messages_to_keys_that_may_read_them(
     assert hidden["status"] == "queued"
     assert hidden["messages"] is None
     assert hidden["metadata"] is None
+
+
+async def test_explain_shows_when_each_version_and_each_memory_shown_held(
+    client: Client, tenant: TenantKeys, settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """Ana lived in Lyon (said in 2020), then "moved to Berlin last month" (said 10 March 2024, Berlin
+    time): Berlin held from 1 February, Lyon until then."""
+    said = (
+        ("I live in Lyon.", "2020-01-05T10:00:00Z"),
+        ("I moved to Berlin last month.", "2024-03-10T09:00:00+01:00"),
+    )
+    async with running_worker(settings):
+        for count, (text, at) in enumerate(said, start=1):
+            body = {"user_id": "ana", "messages": [{"role": "user", "content": text, "created_at": at}]}
+            assert (await client.post("/v1/chunks", json=body, headers=tenant.admin)).status_code == 202
+            await wait_for_chunks(sessionmaker, tenant.tenant_id, count)
+    memories = await _memories(client, tenant)
+    lyon, berlin = memories["The user lives in Lyon."], memories["The user lives in Berlin."]
+    moved = "2024-01-31T23:00:00Z"  # 1 February, midnight at +01:00
+
+    body = (await client.get(f"/v1/memories/{lyon['id']}/explain", headers=tenant.admin)).json()
+    assert (body["memory"]["valid_from"], body["memory"]["valid_to"]) == (None, moved)
+    # Open when it was added, closed by the SUPERSEDE that replaced it.
+    assert [(v["version"]["op"], v["version"]["valid_to"]) for v in body["versions"]] == [
+        ("ADD", None),
+        ("SUPERSEDE", moved),
+    ]
+
+    body = (await client.get(f"/v1/memories/{berlin['id']}/explain", headers=tenant.admin)).json()
+    assert (body["memory"]["valid_from"], body["memory"]["valid_to"]) == (moved, None)
+    [added] = body["versions"]
+    assert (added["version"]["valid_from"], added["version"]["valid_to"]) == (moved, None)
+    # The writer was shown Lyon as it then stood: still open.
+    [shown] = added["candidates"]
+    assert shown["memory_id"] == lyon["id"]
+    assert (shown["version"], shown["valid_from"], shown["valid_to"]) == (1, None, None)

@@ -74,6 +74,20 @@
     return value ? new Date(value).toISOString().replace(".000Z", "Z") : "—";
   }
 
+  // A valid-time bound: the day alone when it is midnight UTC (most dates said in words), else the time.
+  function moment(value) {
+    const shown = when(value);
+    return shown.endsWith("T00:00:00Z") ? shown.slice(0, 10) : shown;
+  }
+
+  // When a memory's fact held in the user's world (valid time), or null where neither bound is known.
+  function held(item) {
+    if (item.valid_from && item.valid_to) return `held ${moment(item.valid_from)} → ${moment(item.valid_to)}`;
+    if (item.valid_from) return `held since ${moment(item.valid_from)}`;
+    if (item.valid_to) return `held until ${moment(item.valid_to)}`;
+    return null;
+  }
+
   function show(title, ...content) {
     view.replaceChildren(el("h2", { id: "view-title" }, title), ...content);
     view.focus();
@@ -359,6 +373,7 @@
             el("td", {}, el("a", { href: `#/memory/${m.id}` }, m.content)),
             el("td", {}, el("span", { class: "badge" }, m.status)),
             el("td", {}, `v${m.version}`),
+            el("td", {}, held(m) || "—"),
             el("td", {}, when(m.updated_at))
           )
         )
@@ -380,7 +395,7 @@
         "table",
         { id: "bank" },
         el("caption", {}, asOf ? `Memories as of ${when(asOf)}` : "Memories now"),
-        el("thead", {}, el("tr", {}, ["Memory", "Status", "Version", "Written"].map((h) => el("th", { scope: "col" }, h)))),
+        el("thead", {}, el("tr", {}, ["Memory", "Status", "Version", "Held", "Written"].map((h) => el("th", { scope: "col" }, h)))),
         body
       ),
       el("div", { class: "row" }, prev, next, pageInfo),
@@ -461,6 +476,7 @@
         el(
           "dl",
           { class: "facts" },
+          held(v) ? [el("dt", {}, "Held"), el("dd", { class: "held" }, held(v))] : null,
           el("dt", {}, "Changed by"),
           el("dd", {}, `${v.actor}${entry.changeset ? ` (${entry.changeset.kind}, ${entry.changeset.status})` : ""}`),
           el("dt", {}, "Writer"),
@@ -496,7 +512,7 @@
                 "ul",
                 {},
                 entry.candidates.map((c) =>
-                  el("li", {}, `[${c.local_id}] `, el("a", { href: `#/memory/${c.memory_id}` }, c.content || "(gone)"), ` (v${c.version})`)
+                  el("li", {}, `[${c.local_id}] `, el("a", { href: `#/memory/${c.memory_id}` }, c.content || "(gone)"), ` (v${c.version}${held(c) ? `, ${held(c)}` : ""})`)
                 )
               )
             )
@@ -523,6 +539,10 @@
         el("dd", { id: "memory-now" }, memory.content),
         el("dt", {}, "Status"),
         el("dd", {}, `${memory.status}, v${memory.version}`),
+        el("dt", {}, "Held"),
+        el("dd", { id: "memory-held" }, held(memory) || "— (not known)"),
+        el("dt", {}, "Language"),
+        el("dd", { id: "memory-language" }, memory.language || "—"),
         el("dt", {}, "User"),
         el("dd", {}, el("a", { href: `#/user/${encodeURIComponent(memory.user_id)}` }, memory.user_id))
       ),
