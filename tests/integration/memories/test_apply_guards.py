@@ -148,29 +148,50 @@ async def test_the_facts_time_decides_which_is_older_not_the_message_order_alone
     sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
 ) -> None:
     said_2020, said_2024 = datetime(2020, 1, 5, tzinfo=UTC), datetime(2024, 3, 10, tzinfo=UTC)
-    await _apply(sessionmaker, tenant, [Op(OpKind.ADD, "The user lives in Lyon.")], memory_at=said_2020)
-    lyon = await _memory(sessionmaker, "The user lives in Lyon.")
-    shown = {0: Shown(lyon.id, lyon.version)}
-    # Said later, but about 2018: it cannot end a fact known to hold in 2020. It is kept as the past
-    # state, which held until Lyon began.
+    since_2019 = datetime(2019, 1, 1, tzinfo=UTC)
+    lyon = Op(OpKind.ADD, "The user lives in Lyon.", valid_from=since_2019)  # "since 2019"
+    await _apply(sessionmaker, tenant, [lyon], memory_at=said_2020)
+    memory = await _memory(sessionmaker, "The user lives in Lyon.")
+    shown = {0: Shown(memory.id, memory.version)}
+    # Said later, but about a time before Lyon began: it cannot end Lyon. It is kept as the past state,
+    # which held until Lyon began.
     back_then = Op(
         OpKind.SUPERSEDE,
         "The user lived in Paris.",
         targets=(0,),
-        valid_from=datetime(2018, 1, 1, tzinfo=UTC),
+        valid_from=datetime(2015, 1, 1, tzinfo=UTC),
     )
     _, guards = await _apply(sessionmaker, tenant, [back_then], shown, memory_at=said_2024)
     assert [g["guard"] for g in guards] == ["older_fact"]
     assert (await _memory(sessionmaker, "The user lives in Lyon.")).status == "active"
     paris = await _memory(sessionmaker, "The user lived in Paris.")
-    assert (paris.status, paris.valid_from, paris.valid_to) == ("active", back_then.valid_from, said_2020)
+    assert (paris.status, paris.valid_from, paris.valid_to) == ("active", back_then.valid_from, since_2019)
 
-    # Said later and about now: it replaces Lyon, whose validity ends when Seattle's begins.
-    moved = Op(OpKind.SUPERSEDE, "The user lives in Seattle.", targets=(0,))
+    # Said later and about a later time ("last month"): it replaces Lyon, which held until then.
+    last_month = datetime(2024, 2, 1, tzinfo=UTC)
+    moved = Op(OpKind.SUPERSEDE, "The user lives in Seattle.", targets=(0,), valid_from=last_month)
     _, guards = await _apply(sessionmaker, tenant, [moved], shown, memory_at=said_2024)
     assert guards == []
-    lyon = await _memory(sessionmaker, "The user lives in Lyon.")
-    assert (lyon.status, lyon.valid_to) == ("superseded", said_2024)
+    memory = await _memory(sessionmaker, "The user lives in Lyon.")
+    assert (memory.status, memory.valid_to) == ("superseded", last_month)
+
+
+async def test_a_fact_whose_beginning_is_unknown_is_replaced_by_what_is_said_after_it(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    """'I live in Lyon.', then, the same morning, 'I moved to Seattle last month.': when Lyon began is
+    unknown, so the message order decides, and Lyon held until Seattle began."""
+    morning, later = datetime(2024, 3, 10, 9, tzinfo=UTC), datetime(2024, 3, 10, 11, tzinfo=UTC)
+    await _apply(sessionmaker, tenant, [Op(OpKind.ADD, "The user lives in Lyon.")], memory_at=morning)
+    memory = await _memory(sessionmaker, "The user lives in Lyon.")
+    last_month = datetime(2024, 2, 1, tzinfo=UTC)
+    moved = Op(OpKind.SUPERSEDE, "The user lives in Seattle.", targets=(0,), valid_from=last_month)
+    _, guards = await _apply(
+        sessionmaker, tenant, [moved], {0: Shown(memory.id, memory.version)}, memory_at=later
+    )
+    assert guards == []
+    memory = await _memory(sessionmaker, "The user lives in Lyon.")
+    assert (memory.status, memory.valid_to) == ("superseded", last_month)
 
 
 async def test_duplicate_check_is_exact_even_when_other_users_crowd_the_vector_index(

@@ -38,11 +38,20 @@ def fact_time(valid_from: datetime | None, memory_at: datetime | None) -> dateti
     return valid_from if valid_from is not None else memory_at
 
 
-def last_known(memory: MemoryState) -> datetime | None:
-    """The latest time a memory's fact is known to hold: when it was said, or when it began if that
-    is later (a plan stated ahead of its date)."""
-    known = [t for t in (memory.valid_from, memory.memory_at) if t is not None]
-    return max(known) if known else None
+def older_than(op: Op, memory_at: datetime | None, target: MemoryState) -> bool:
+    """Whether an op speaks of an earlier time than `target`, which it would replace: it was said before
+    the target was (message order), or both facts' beginnings are known and the op's is earlier. A fact
+    whose beginning is unknown is compared by when it was said alone: "I moved to Seattle last month"
+    said after "I live in Lyon" replaces Lyon, however recently Lyon was said."""
+    if memory_at is not None and target.memory_at is not None and memory_at < target.memory_at:
+        return True
+    return op.valid_from is not None and target.valid_from is not None and op.valid_from < target.valid_from
+
+
+def _when(valid_from: datetime | None, memory_at: datetime | None) -> str:
+    if valid_from is not None:
+        return f"began {valid_from:%Y-%m-%d %H:%M}"
+    return f"said {memory_at:%Y-%m-%d %H:%M}" if memory_at is not None else "undated"
 
 
 def storable(text: str, limits: ApplyLimits) -> bool:
@@ -108,23 +117,24 @@ def check_ops(  # noqa: PLR0912, PLR0915  (each guard is one branch)
             if problem or memory is None:
                 break
             targets.append(memory)
-        began = fact_time(op.valid_from, memory_at)
-        if problem is None and op.kind in (OpKind.UPDATE, OpKind.SUPERSEDE) and began is not None:
-            known = {m.id: t for m in targets if (t := last_known(m)) is not None and t > began}
-            newer = [m for m in targets if m.id in known]
+        if problem is None and op.kind in (OpKind.UPDATE, OpKind.SUPERSEDE):
+            newer = [m for m in targets if older_than(op, memory_at, m)]
             if newer:
-                # A statement about an earlier state of affairs never rewrites a fact known to hold
-                # later (a late import, a replayed history, "back in 2019 I lived in Paris"), and is not
-                # lost either: it is kept as a memory of its own, the past state (as the Hy-Memory
-                # framework's `enforce_time_order` keeps it), which held until the newer fact began.
-                later = [t for m in newer if (t := fact_time(m.valid_from, m.memory_at)) and t > began]
+                # A statement about an earlier state of affairs never rewrites a newer fact (a late
+                # import, a replayed history, "I lived in Paris from 2015" against a fact holding since
+                # 2019), and is not lost either: it is kept as a memory of its own, the past state (as
+                # the Hy-Memory framework's `enforce_time_order` keeps it), which held until the newer
+                # fact began.
+                began = fact_time(op.valid_from, memory_at)
+                starts = [fact_time(m.valid_from, m.memory_at) for m in newer]
+                later = [t for t in starts if t is not None and (began is None or t > began)]
                 guard(
                     guards,
                     "older_fact",
                     index,
                     op,
-                    f"the fact ({began:%Y-%m-%d %H:%M}) is older than a memory it would replace "
-                    f"(known to hold {max(known.values()):%Y-%m-%d %H:%M}); added as a memory "
+                    f"it speaks of an earlier time ({_when(op.valid_from, memory_at)}) than a memory it "
+                    f"would replace ({_when(newer[0].valid_from, newer[0].memory_at)}); added as a memory "
                     "of its own instead",
                 )
                 ended = op.valid_to or (min(later) if later else None)
