@@ -45,6 +45,14 @@ class SearchSettings(BaseModel):
         le=1.0,
         description="Weight of the vector ranking in relative fusion (the lexical one weighs 1 - it).",
     )
+    search_time_boost: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=10.0,
+        description="Raise the memories whose fact held at a time the query names ('in May 2023', 'last "
+        "week'): a score is multiplied by 1 + this when the fact began then, by 1 + this / 2 when it began "
+        "earlier and still held, and divided by 1 + this; 0 turns it off.",
+    )
     search_rrf_k: int = Field(default=60, description="k of reciprocal rank fusion: 1 / (k + rank).", ge=1)
     search_max_top_k: int = Field(default=100, description="Largest top_k a search may ask for.")
     search_as_of_all_users_max_versions: int = Field(

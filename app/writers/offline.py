@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from app.writers.base import Candidate, Op, OpKind, WriteRequest, WriteResult
-from app.writers.time_expressions import resolve
+from app.lib.time_expressions import resolve
 
 # Bump when the rules change what they extract, so changesets show which rule set wrote them.
 RULES_VERSION = "offline-rules/2"  # 2: facts carry the validity their sentence states

@@ -15,7 +15,8 @@ from typing import Any
 
 from tests.support.fake_llm import Reply
 
-_MEMORY_LINE = re.compile(r"^\d+\. (?:\[[^\]]*\] )?(.*)$")
+# "3. [8 May 2023] The user lives in Lyon. (true from 5 January 2020 until 10 March 2024)"
+_MEMORY_LINE = re.compile(r"^\d+\. (?:\[[^\]]*\] )?(.*?)(?: \(true (?:from|until) [^)]*\))?$")
 _WORDS = re.compile(r"\w+")
 
 

@@ -81,6 +81,7 @@ class AnswerController(Controller):
             as_of=data.as_of,
             agent_id=data.agent_id,
             valid_at=data.valid_at,
+            reference_time=data.reference_time,
         )
         answer = await answer_question(sessionmaker, searcher, reader, caller.tenant_id, question)
         return answer_out(answer)

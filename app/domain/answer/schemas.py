@@ -19,6 +19,7 @@ class AnswerIn(msgspec.Struct, forbid_unknown_fields=True):
     question: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
     as_of: Moment | None = None  # answer from the bank as it stood then
     valid_at: Moment | None = None  # answer from what held then (valid time)
+    reference_time: Moment | None = None  # the "now" of the question's time words; default: now
     # At most MEMSTORE_SEARCH_MAX_TOP_K (the document says how many).
     top_k: Annotated[int, msgspec.Meta(ge=1, extra={"deployment": "max_top_k"})] = 10
     agent_id: Id | None = None

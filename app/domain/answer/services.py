@@ -42,6 +42,7 @@ class Question:
     as_of: datetime | None = None
     agent_id: str | None = None
     valid_at: datetime | None = None  # only what held then (valid time)
+    reference_time: datetime | None = None  # the "now" of the question's time words (default: now)
     # Further users' banks read too, `top_k` from each after the first's (an evaluation that keeps a
     # bank per speaker of a conversation, as Mem0's and MemOS's LoCoMo harnesses do).
     also_user_ids: tuple[str, ...] = ()
@@ -82,6 +83,7 @@ async def retrieve(
                 agent_id=question.agent_id,
                 mode="hybrid",
                 valid_at=question.valid_at,
+                reference_time=question.reference_time,
             ),
         )
     sources = await AnswerRepository(session).sources(tenant_id, [(h.id, h.version) for h in hits])
@@ -95,9 +97,19 @@ def reader_messages(question: str, memories: list[UsedMemory]) -> list[dict[str,
     return [{"role": "system", "content": READER_INSTRUCTIONS}, {"role": "user", "content": prompt}]
 
 
+def _day(when: datetime) -> str:
+    return f"{when.day} {when:%B %Y}"
+
+
 def _dated(hit: Hit) -> str:
-    when = hit.memory_at
-    return f"[{when.day} {when:%B %Y}] {hit.content}" if when is not None else hit.content
+    """A memory as the reader sees it: when it was said, and when its fact held where that is known."""
+    text = f"[{_day(hit.memory_at)}] {hit.content}" if hit.memory_at is not None else hit.content
+    begun, ended = hit.valid_from, hit.valid_to
+    if begun is not None and ended is not None:
+        return f"{text} (true from {_day(begun)} until {_day(ended)})"
+    if begun is not None:
+        return f"{text} (true from {_day(begun)})"
+    return f"{text} (true until {_day(ended)})" if ended is not None else text
 
 
 @tracing.operation("answer question")

@@ -51,6 +51,7 @@ class SearchController(Controller):
             all_users=data.all_users,
             include_expired=data.include_expired,
             valid_at=data.valid_at,
+            reference_time=data.reference_time,
         )
         hits = await searcher.search(db_session, caller.tenant_id, query)
         return SearchOut(results=[_result(h) for h in hits])

@@ -70,6 +70,19 @@ _HELD = (
     " AND ({p}valid_to IS NULL OR {p}valid_to > :valid_at)"
 )
 
+# How well a memory's valid time fits the time a query names (`:named_from` .. `:named_to`, either open):
+# 1 when its fact began then, 0.5 when its validity is known and it began before and still held then,
+# else 0. A fact whose valid time is unknown began when it was stated, and may have been an event of
+# that day as much as a state that lasted: it is not counted as holding later.
+_BEGAN = "coalesce(b.valid_from, b.memory_at, b.created_at)"
+_NAMED_FROM = "coalesce(CAST(:named_from AS timestamptz), '-infinity')"
+_NAMED_TO = "coalesce(CAST(:named_to AS timestamptz), 'infinity')"
+_TIME_FIT = f"""CASE
+           WHEN {_BEGAN} >= {_NAMED_FROM} AND {_BEGAN} < {_NAMED_TO} THEN 1.0
+           WHEN (b.valid_from IS NOT NULL OR b.valid_to IS NOT NULL) AND {_BEGAN} < {_NAMED_TO}
+            AND coalesce(b.valid_to, 'infinity') > {_NAMED_FROM} THEN 0.5
+           ELSE 0.0 END"""
+
 # Not expired by the time the bank is read as of.
 _UNEXPIRED_AS_OF = " AND (v.expires_at IS NULL OR v.expires_at > :as_of)"
 
@@ -141,6 +154,7 @@ def _statement(  # noqa: PLR0912  (one branch per option)
     fusion: Fusion = "relative",
     include_expired: bool = False,
     valid: bool = False,
+    timed: bool = False,
 ) -> TextClause:
     """The search statement for one combination of options (built once per combination)."""
     ctes: list[str] = []
@@ -247,6 +261,10 @@ lex AS (
     else:
         ctes.append("found AS (\n    SELECT id, NULL::float8 AS distance, rank FROM lex\n)")
         score = "found.rank"
+    if timed:
+        # A time named in the query: a memory's score is multiplied by 1 + :time_boost when its fact
+        # began then (half that when it held through it), over 1 + :time_boost, so it stays in its range.
+        score = f"({score}) * (1 + :time_boost * {_TIME_FIT}) / (1 + :time_boost)"
     sql = f"""WITH {", ".join(ctes)}
 SELECT b.id, b.user_id, b.agent_id, b.run_id, b.content, b.tags, b.owner, b.status, b.version,
        b.memory_at, b.created_at, b.updated_at, b.expires_at, b.language, b.valid_from, b.valid_to,
@@ -364,10 +382,13 @@ class SearchRepository:
         include_expired: bool = False,
         vector_base: float = 0.0,
         valid_at: datetime | None = None,
+        named: tuple[datetime | None, datetime | None] | None = None,
+        time_boost: float = 0.0,
     ) -> list[Hit]:
         """The best `top_k` of the source: by vector, by BM25 over `words` (the query's content words,
         letters and digits only, read with each of the text search configurations `lex_configs`), or both
-        fused."""
+        fused; with `named` (a stretch of time the query names) and a `time_boost`, memories whose fact
+        held then rank higher."""
         lexical = bool(words)
         if not (vector or lexical):
             return []
@@ -382,6 +403,7 @@ class SearchRepository:
             fusion,
             include_expired,
             valid_at is not None,
+            named is not None and time_boost > 0,
         )
         params: dict[str, Any] = {
             "tenant_id": tenant_id,
@@ -402,6 +424,9 @@ class SearchRepository:
             "tags": list(tags),
             "as_of": as_of,
             "valid_at": valid_at,
+            "named_from": named[0] if named else None,
+            "named_to": named[1] if named else None,
+            "time_boost": time_boost,
         }
         rows = await self.session.execute(stmt, params)  # parameters a statement lacks are ignored
         return [_hit(r) for r in rows]

@@ -36,6 +36,8 @@ class SearchIn(msgspec.Struct, forbid_unknown_fields=True):
     all_users: bool = False  # every user of the tenant (approximate, through the HNSW index)
     include_expired: bool = False  # also memories whose expires_at has passed
     valid_at: Moment | None = None  # only memories whose fact held then (valid time); needs user_id
+    # The "now" of the query's time words ("last week"), for the time boost; default: now.
+    reference_time: Moment | None = None
 
 
 class SearchResult(msgspec.Struct):

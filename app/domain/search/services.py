@@ -7,7 +7,10 @@
   short, so a large scope whose HNSW answer is short is searched exactly instead.
   Such a search also asks the workers' indexer to add its tenant's (or scope's) memories to the graph
   (`graph.want_graph`); until they are in, search reads them exactly beside it.
-- `as_of` searches the scope's versions valid at that time, exactly.
+- `as_of` searches the scope's versions valid at that time, exactly; `valid_at` the memories whose fact
+  held then.
+- A time the query names ("in May 2023", "last week" at `reference_time`) raises the memories whose
+  fact held then, by `search_time_boost` (off by default: docs/evaluation.md measures it).
 - Hybrid mode fuses the vector ranking with a BM25 ranking of the memories' lexemes, each in its own
   language and the query's in its own (`app.lib.lexical`) (by
   relative score, or reciprocal rank fusion), so names and numbers the embedder does not capture
@@ -23,7 +26,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 import structlog
 from sqlalchemy import select
@@ -41,6 +44,7 @@ from app.embeddings.openai import EmbeddingError
 from app.lib import tracing
 from app.lib.errors import AsOfTooBroad, EmbedderMismatch, InvalidField, Unavailable
 from app.lib.lexical import query_words
+from app.lib.time_expressions import resolve
 
 log = structlog.get_logger(__name__)
 
@@ -72,6 +76,13 @@ def lexical_words(text: str) -> tuple[list[str], list[str]]:
     return configs, [w for w in words if w not in _STOPWORDS]
 
 
+def named_time(text: str, reference_time: datetime | None) -> tuple[datetime | None, datetime | None] | None:
+    """The stretch of time a query names ("in May 2023", "last week", "since 2019"), its calendar words
+    read at `reference_time` (default now, UTC); None when it names none (`app.lib.time_expressions`)."""
+    found = resolve(text, reference_time or datetime.now(UTC))
+    return found.named if found is not None else None
+
+
 @dataclass(frozen=True)
 class SearchQuery:
     """One search (api.md `POST /v1/memories/search`)."""
@@ -87,6 +98,10 @@ class SearchQuery:
     all_users: bool = False
     include_expired: bool = False  # also memories whose expires_at has passed (at `as_of`, or now)
     valid_at: datetime | None = None  # only what held then (valid time), superseded memories included
+    # The "now" of the query's time words ("last week"); None: the time of the search.
+    reference_time: datetime | None = None
+    # Weight of a memory's fit to a time the query names (`search_time_boost` when None; 0: none).
+    time_boost: float | None = None
 
 
 @dataclass
@@ -167,7 +182,7 @@ class Searcher:
             return await repo.nearest_in_scope(tenant_id, user_id, embeddings, limit)  # all in one statement
         found = []
         for text_, embedding in zip(texts, embeddings, strict=True):
-            query = SearchQuery(text_, user_id, top_k=limit, threshold=None, mode="vector")
+            query = SearchQuery(text_, user_id, top_k=limit, threshold=None, mode="vector", time_boost=0.0)
             found.append(await self._run(session, tenant_id, user_id, embedding, query))
         return found
 
@@ -214,6 +229,7 @@ class Searcher:
         query: SearchQuery,
     ) -> list[Hit]:
         lex_configs, words = lexical_words(query.query) if query.mode != "vector" else ([], [])
+        boost = self.settings.search_time_boost if query.time_boost is None else query.time_boost
         hits = await repo.search(
             source,
             tenant_id=tenant_id,
@@ -234,6 +250,8 @@ class Searcher:
             as_of=query.as_of,
             include_expired=query.include_expired,
             valid_at=query.valid_at,
+            named=named_time(query.query, query.reference_time) if boost > 0 else None,
+            time_boost=boost,
         )
         if vector and words and self.settings.search_fusion == "rrf":
             # The fused score as a share of the best possible (first in both rankings).

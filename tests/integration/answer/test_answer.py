@@ -69,6 +69,33 @@ async def answering(settings: Settings, reader: FakeLLM) -> AsyncIterator[AsyncT
         yield client
 
 
+async def test_the_reader_is_told_when_each_fact_held(
+    answering: AsyncTestClient[Litestar],
+    reader: FakeLLM,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    tenant: TenantKeys,
+) -> None:
+    began, ended = datetime(2020, 1, 5, tzinfo=UTC), datetime(2024, 3, 10, tzinfo=UTC)
+    await write(
+        sessionmaker,
+        tenant.tenant_id,
+        "u",
+        [
+            Op(OpKind.ADD, "The user lived in Lyon.", valid_from=began, valid_to=ended),
+            Op(OpKind.ADD, "The user lives in Seattle.", valid_from=ended),
+            Op(OpKind.ADD, "The user plays the cello."),
+        ],
+    )
+    question = {"user_id": "u", "question": "Where did the user live?", "top_k": 3}
+    response = await answering.post("/v1/answer", json=question, headers=tenant.admin)
+    assert response.status_code == 200, response.text
+    [sent] = reader.requests
+    prompt = sent["messages"][1]["content"]
+    assert "[8 May 2023] The user lived in Lyon. (true from 5 January 2020 until 10 March 2024)" in prompt
+    assert "[8 May 2023] The user lives in Seattle. (true from 10 March 2024)" in prompt
+    assert "[8 May 2023] The user plays the cello.\n" in prompt + "\n"  # no validity known: none shown
+
+
 async def test_the_answer_comes_with_the_memories_it_was_read_from_and_their_provenance(
     answering: AsyncTestClient[Litestar],
     reader: FakeLLM,

@@ -49,6 +49,9 @@ class Validity:
     phrase: str  # the matched text, as written
     start: int  # its span in the text, so the writer can remove it from the fact
     end: int
+    # The stretch of time the phrase names, for a search to look in: a plain expression's whole day /
+    # week / month / year, a range's two ends; "since X" is open at its end, "until X" at its start.
+    named: tuple[datetime | None, datetime | None] = (None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +155,7 @@ class _Form:
     """A search pattern with groups "first" and/or "last" (each one shape), and what the match sets."""
 
     pattern: re.Pattern[str]
-    sets: str  # "from" (valid_from), "to" (valid_to) or "both"
+    sets: str  # "from" (valid_from), "since" (valid_from, and open-ended), "to" (valid_to) or "both"
 
 
 def _form(pattern: str, sets: str) -> _Form:
@@ -164,7 +167,7 @@ _FORMS = (
     # Ranges and connectives take any shape, a bare month or year included ("since 2019", "until March").
     _form(rf"\bfrom\s+(?P<first>{_ANY})\s+(?:to|until|till|through)\s+(?P<last>{_ANY})", "both"),
     _form(rf"\bbetween\s+(?P<first>{_ANY})\s+and\s+(?P<last>{_ANY})", "both"),
-    _form(rf"\bsince\s+(?P<first>{_ANY})", "from"),
+    _form(rf"\bsince\s+(?P<first>{_ANY})", "since"),
     _form(rf"\b(?:up\s+)?(?:until|till)\s+(?P<last>{_ANY})", "to"),
     # Plain expressions. A bare number is never a year ("I have 2019 photos"), a bare month never a month
     # ("may" is also a verb), and a day without a year needs "on" ("these 2 may help" is not 2 May).
@@ -391,19 +394,21 @@ def _validity(match: re.Match[str], sets: str, moment: _Moment) -> Validity | No
     groups = match.groupdict()
     first = _period(groups["first"], moment) if groups.get("first") else None
     last = _period(groups["last"], moment) if groups.get("last") else None
+    named: tuple[datetime | None, datetime | None]
     if sets == "both":
         if first is None or last is None or first.start >= last.end:
             return None  # "from 2021 to 2019" states no stretch of time
-        valid_from, valid_to = first.start, last.end
-    elif sets == "from":
+        valid_from, valid_to, named = first.start, last.end, (first.start, last.end)
+    elif sets in ("from", "since"):
         if first is None:
             return None
         valid_from, valid_to = first.start, None
+        named = (first.start, None if sets == "since" else first.end)
     else:
         if last is None:
             return None
-        valid_from, valid_to = None, last.end
-    return Validity(valid_from, valid_to, match.group(), match.start(), match.end())
+        valid_from, valid_to, named = None, last.end, (None, last.end)
+    return Validity(valid_from, valid_to, match.group(), match.start(), match.end(), named)
 
 
 def resolve(text: str, said_at: datetime) -> Validity | None:
@@ -433,4 +438,6 @@ def resolve(text: str, said_at: datetime) -> Validity | None:
     if not found:
         return None
     first = min(found, key=lambda v: (v.start, -(v.end - v.start)))
-    return Validity(first.valid_from, first.valid_to, text[first.start : first.end], first.start, first.end)
+    return Validity(
+        first.valid_from, first.valid_to, text[first.start : first.end], first.start, first.end, first.named
+    )

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.writers.time_expressions import Validity, resolve
+from app.lib.time_expressions import Validity, resolve
 
 LOS_ANGELES = ZoneInfo("America/Los_Angeles")
 TOKYO = ZoneInfo("Asia/Tokyo")
@@ -278,3 +278,25 @@ def test_no_expression(text: str) -> None:
 def test_a_naive_message_time_is_refused() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         resolve("yesterday", datetime(*WEDNESDAY))  # the naive time is the point
+
+
+# A query's time: the whole stretch it names, for search to look in (said on Wednesday 12 June 2024).
+NAMED = [
+    ("what did I do in May 2023?", (2023, 5, 1), (2023, 6, 1)),
+    ("where did I live in 2019", (2019, 1, 1), (2020, 1, 1)),
+    ("who did I see last week", (2024, 6, 3), (2024, 6, 10)),
+    ("what did I eat yesterday", (2024, 6, 11), (2024, 6, 12)),
+    ("what happened on 7 May 2023", (2023, 5, 7), (2023, 5, 8)),
+    ("what changed since 2019", (2019, 1, 1), None),
+    ("what did I believe until March", None, (2024, 4, 1)),
+    ("where was I between 2019 and 2021", (2019, 1, 1), (2022, 1, 1)),
+]
+
+
+@pytest.mark.parametrize(("text", "start", "end"), NAMED, ids=[n[0] for n in NAMED])
+@pytest.mark.parametrize("zone", ZONES)
+def test_a_query_names_a_whole_stretch_of_time(
+    text: str, start: tuple[int, int, int] | None, end: tuple[int, int, int] | None, zone: tzinfo
+) -> None:
+    named = _resolved(text, datetime(*WEDNESDAY, tzinfo=zone)).named
+    assert named == (_day(zone, *start) if start else None, _day(zone, *end) if end else None)
