@@ -23,6 +23,7 @@ from app.lib.logging import configure_logging
 if TYPE_CHECKING:
     from app.domain.answer.reader import ChatModel
     from app.domain.evaluation.datasets import Dataset
+    from app.domain.evaluation.services import Asking
 
 eval_cli = typer.Typer(
     help="Evaluate writers: the same conversations and questions, only the writer changes.",
@@ -64,6 +65,22 @@ PlotOut = Annotated[
     Path | None, typer.Option("--plot", help="Write a bar chart (PNG) here; needs matplotlib.")
 ]
 Concurrency = Annotated[int, typer.Option("--concurrency", min=1, help="Questions in flight at once.")]
+TimeBoost = Annotated[
+    str | None,
+    typer.Option(
+        "--time-boost",
+        help="The search's time boost for a question that names a time (MEMSTORE_SEARCH_TIME_BOOST); "
+        "several, comma-separated (0,1), ask each bank once per value.",
+    ),
+]
+ValidAt = Annotated[
+    str,
+    typer.Option(
+        "--valid-at",
+        help="'named': a question that names a time is asked valid_at the end of it; 'off,named' asks "
+        "each bank both ways.",
+    ),
+]
 DataDir = Annotated[Path | None, typer.Option(help="Embedded data directory, when no URL is set.")]
 
 
@@ -94,8 +111,11 @@ def locomo(
     plot_out: PlotOut = None,
     concurrency: Concurrency = 8,
     data_dir: DataDir = None,
+    time_boost: TimeBoost = None,
+    valid_at: ValidAt = "off",
 ) -> None:
-    """LoCoMo: each session of a conversation is one chunk; categories 1-4 (5 with a flag)."""
+    """LoCoMo: each session of a conversation is one chunk; categories 1-4 (5 with a flag). A question
+    is asked at its conversation's last session's time ("last year" is read from there)."""
     from app.domain.evaluation.datasets import DatasetError, load_locomo
 
     try:
@@ -122,6 +142,7 @@ def locomo(
         plot_out,
         concurrency,
         data_dir,
+        _askings(time_boost, valid_at),
     )
 
 
@@ -141,6 +162,8 @@ def jsonl(
     plot_out: PlotOut = None,
     concurrency: Concurrency = 8,
     data_dir: DataDir = None,
+    time_boost: TimeBoost = None,
+    valid_at: ValidAt = "off",
 ) -> None:
     """An operator's own conversations and questions."""
     from app.domain.evaluation.datasets import DatasetError, load_jsonl
@@ -164,7 +187,24 @@ def jsonl(
         plot_out,
         concurrency,
         data_dir,
+        _askings(time_boost, valid_at),
     )
+
+
+def _askings(time_boost: str | None, valid_at: str) -> list[Asking]:
+    """Each way of asking the options name: every time boost with every valid_at mode."""
+    from app.domain.evaluation.services import Asking
+
+    modes = _names(valid_at) or ["off"]
+    if set(modes) - {"off", "named"}:
+        raise typer.BadParameter("'off', 'named' or 'off,named'", param_hint="--valid-at")
+    try:
+        boosts: list[float | None] = [float(v) for v in _names(time_boost) or []] or [None]
+    except ValueError as exc:
+        raise typer.BadParameter("numbers, comma-separated (0,1)", param_hint="--time-boost") from exc
+    if any(b is not None and not 0 <= b <= 10 for b in boosts):
+        raise typer.BadParameter("each from 0 to 10", param_hint="--time-boost")
+    return [Asking(boost, mode == "named") for boost in boosts for mode in dict.fromkeys(modes)]
 
 
 def _names(value: str | None) -> list[str] | None:
@@ -222,6 +262,7 @@ def _evaluate(
     plot_out: Path | None,
     concurrency: int,
     data_dir: Path | None,
+    askings: list[Asking],
 ) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -269,6 +310,13 @@ def _evaluate(
             else f"{settings.embedder}:{settings.embedder_model}",
             "answer_model": {"base_url": reader.base_url, "model": reader.model},
             "judge_model": {"base_url": judge.base_url, "model": judge.model},
+            "askings": [
+                {
+                    "time_boost": settings.search_time_boost if a.time_boost is None else a.time_boost,
+                    "valid_at": "end of the named time" if a.valid_at_named else None,
+                }
+                for a in askings
+            ],
         },
     }
     console = Console(stderr=True)
@@ -303,6 +351,7 @@ def _evaluate(
                     actor=f"cli:{getpass.getuser()}",
                     concurrency=concurrency,
                     progress=progress,
+                    askings=askings,
                 )
             return report.summary(runs, context)
         finally:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, tzinfo
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 
 _FLAGS = re.IGNORECASE
 
@@ -441,3 +441,12 @@ def resolve(text: str, said_at: datetime) -> Validity | None:
     return Validity(
         first.valid_from, first.valid_to, text[first.start : first.end], first.start, first.end, first.named
     )
+
+
+def named_time(
+    text: str, reference_time: datetime | None = None
+) -> tuple[datetime | None, datetime | None] | None:
+    """The stretch of time a query names ("in May 2023", "last week", "since 2019"), its calendar words
+    read at `reference_time` (default: now, UTC); None when it names none."""
+    found = resolve(text, reference_time or datetime.now(UTC))
+    return found.named if found is not None else None

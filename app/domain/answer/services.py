@@ -43,6 +43,7 @@ class Question:
     agent_id: str | None = None
     valid_at: datetime | None = None  # only what held then (valid time)
     reference_time: datetime | None = None  # the "now" of the question's time words (default: now)
+    time_boost: float | None = None  # the search's time boost (None: `search_time_boost`)
     # Further users' banks read too, `top_k` from each after the first's (an evaluation that keeps a
     # bank per speaker of a conversation, as Mem0's and MemOS's LoCoMo harnesses do).
     also_user_ids: tuple[str, ...] = ()
@@ -84,6 +85,7 @@ async def retrieve(
                 mode="hybrid",
                 valid_at=question.valid_at,
                 reference_time=question.reference_time,
+                time_boost=question.time_boost,
             ),
         )
     sources = await AnswerRepository(session).sources(tenant_id, [(h.id, h.version) for h in hits])

@@ -70,6 +70,8 @@ class EvalQuestion:
     evidence: tuple[str, ...]  # turn ids; empty when the file gives none that it holds
     category: str
     also_user_ids: tuple[str, ...] = ()  # further banks the answer reads (a bank per speaker)
+    # When it is asked: the "now" of its time words ("last year"); LoCoMo's, its conversation's last session.
+    asked_at: datetime | None = None
 
 
 @dataclass
@@ -146,6 +148,8 @@ def load_locomo(
             if chunk is not None:
                 dataset.chunks.append(chunk)
                 turns_held.update(chunk.turn_ids)
+        times = [m.created_at for c in dataset.chunks if c.conversation == conversation for m in c.messages]
+        asked_at = max((t for t in times if t is not None), default=None)
         for index, qa in enumerate(sample.get("qa", [])):
             category = str(qa.get("category"))
             if category not in dataset.categories:
@@ -165,6 +169,7 @@ def load_locomo(
                     answer=answer,
                     evidence=tuple(held),
                     category=category,
+                    asked_at=asked_at,
                 )
             )
     if unresolved:
@@ -324,6 +329,7 @@ class QuestionLine(msgspec.Struct, forbid_unknown_fields=True):
     answer: str | int | float
     evidence: list[Name] = msgspec.field(default_factory=list)
     category: str | int = "all"
+    asked_at: Moment | None = None  # the "now" of its time words; default: when it is asked
 
 
 def _decode_moment(target: type, value: Any) -> Any:
@@ -391,6 +397,7 @@ def load_jsonl(path: Path) -> Dataset:
                 answer=str(question.answer),
                 evidence=tuple(dict.fromkeys(question.evidence)),
                 category=category,
+                asked_at=question.asked_at,
             )
         )
     if not dataset.chunks:

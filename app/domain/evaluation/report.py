@@ -10,6 +10,7 @@ from statistics import fmean
 from typing import Any
 
 from app.domain.evaluation.services import QuestionResult, WriterRun
+from app.lib.time_expressions import named_time
 
 METRICS = (("judge_accuracy", "judge accuracy"), ("f1", "token F1"), ("evidence_recall", "evidence recall"))
 
@@ -68,10 +69,13 @@ def summary(runs: list[WriterRun], context: dict[str, Any]) -> dict[str, Any]:
             chosen = [r for r in run.results if r.question.category == key]
             if chosen:
                 by_category[key] = {"name": name, **scores(chosen)}
+        timed = [r for r in run.results if named_time(r.question.question, r.question.asked_at)]
         writers[run.writer] = {
             "tenant": run.tenant,
             "overall": scores(run.results),
             "by_category": by_category,
+            # the questions that name a time ("in May 2023"), which the time boost and valid_at act on
+            "names_a_time": scores(timed) if timed else None,
             "writer": writer_figures(run),
             "answer": {
                 "prompt_tokens": _total((r.answer_usage for r in run.results), "prompt_tokens"),
@@ -122,6 +126,19 @@ def _cell(value: float | None, share: bool = True) -> str:
     return f"{100 * value:.1f} %" if share else f"{value:g}"
 
 
+def _asking(askings: list[dict[str, Any]]) -> str:
+    """How the questions were asked, when it was more than the plain way."""
+    ways = [
+        ", ".join(
+            ([f"time boost {a['time_boost']:g}"] if a.get("time_boost") else [])
+            + (["valid_at the end of a named time"] if a.get("valid_at") else [])
+        )
+        or "plain"
+        for a in askings
+    ]
+    return f" Asked: {'; '.join(ways)}." if any(w != "plain" for w in ways) else ""
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The report as markdown tables: overall, what writing cost, and per category."""
     protocol = report["protocol"]
@@ -136,7 +153,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"Run `{report['run_id']}`. Questions: {asked}; {report['dataset']['chunks']} chunks. Retrieval: "
         f"Memstore hybrid search, top_k {protocol['top_k']}, embedder `{protocol['embedder']}`. "
-        f"Answer model `{protocol['answer_model']['model']}`, judge `{protocol['judge_model']['model']}`.",
+        f"Answer model `{protocol['answer_model']['model']}`, judge `{protocol['judge_model']['model']}`."
+        + _asking(protocol.get("askings") or []),
         "",
         "| writer | n | judge accuracy | token F1 | evidence recall | memories / chunk "
         "| writer tokens / chunk | writer latency / chunk | unparseable verdicts |",
@@ -161,6 +179,11 @@ def markdown(report: dict[str, Any]) -> str:
         for key, score in writer["by_category"].items():
             lines.append(
                 f"| {name} | {key} {score['name']} | {score['n']} | {_cell(score['judge_accuracy'])} "
+                f"| {_cell(score['f1'])} | {_cell(score['evidence_recall'])} |"
+            )
+        if score := writer.get("names_a_time"):
+            lines.append(
+                f"| {name} | naming a time (any category) | {score['n']} | {_cell(score['judge_accuracy'])} "
                 f"| {_cell(score['f1'])} | {_cell(score['evidence_recall'])} |"
             )
     notes = []

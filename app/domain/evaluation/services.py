@@ -7,7 +7,9 @@ For each writer, in turn:
 2. the real pipeline writes them: `process_scope` with a `PipelineDeps` built in this process, so no
    worker or Redis is needed, and every chunk is applied (or failed) exactly as a worker would;
 3. each question is answered by `answer_question`, the code behind `POST /v1/answer` (hybrid search
-   with the same `top_k` for every writer, then the same read model), and graded by the same judge.
+   with the same `top_k` for every writer, then the same read model), and graded by the same judge —
+   once for each way of asking (`Asking`: with or without the time boost, with or without `valid_at`),
+   all from the same bank, so that only the asking differs between them.
 
 Evidence recall follows what the bank itself records: a retrieved memory derives from the chunks of
 its versions up to the one retrieved (`memory_versions.chunk_id`), and a chunk holds the turns its
@@ -22,8 +24,8 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -54,6 +56,7 @@ from app.domain.pipeline.repositories import PipelineRepository
 from app.domain.pipeline.services import PipelineDeps, process_scope
 from app.embeddings import embedder_from_settings
 from app.lib.errors import ApiError
+from app.lib.time_expressions import named_time
 from app.lib.validation import encode_moment
 from app.writers.registry import DEFAULT, WriterRegistry
 
@@ -65,6 +68,36 @@ Progress = Callable[[str, int, int], None]
 JUDGE_MAX_TOKENS = 128
 _POLL_S = 0.5
 _MAX_WAIT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Asking:
+    """How questions are put to a bank: the time boost's weight (None: the setting's), and whether a
+    question that names a time is asked `valid_at` the end of that time (what held by then)."""
+
+    time_boost: float | None = None
+    valid_at_named: bool = False
+
+    @property
+    def label(self) -> str:
+        parts = [] if self.time_boost is None else [f"boost {self.time_boost:g}"]
+        return ", ".join(parts + (["valid_at"] if self.valid_at_named else []))
+
+    def question(self, question: EvalQuestion, top_k: int) -> Question:
+        """The `POST /v1/answer` question for `question`, asked this way."""
+        valid_at = None
+        if self.valid_at_named and (named := named_time(question.question, question.asked_at)) is not None:
+            # What held by the end of the named time (by the asking, for "since 2019").
+            valid_at = named[1] - timedelta(microseconds=1) if named[1] is not None else question.asked_at
+        return Question(
+            user_id=question.user_id,
+            question=question.question,
+            top_k=top_k,
+            also_user_ids=question.also_user_ids,
+            reference_time=question.asked_at,
+            valid_at=valid_at,
+            time_boost=self.time_boost,
+        )
 
 
 class EvaluationError(ValueError):
@@ -136,8 +169,11 @@ async def run_evaluation(
     actor: str,
     concurrency: int = 8,
     progress: Progress | None = None,
+    askings: list[Asking] | None = None,
 ) -> list[WriterRun]:
-    """Each writer's bank written from `dataset` and questioned with `questions`; see the module."""
+    """Each writer's bank written from `dataset` and questioned with `questions`, once per way of asking
+    (named `writer [how]` when there are several); see the module."""
+    askings = askings or [Asking()]
     report = progress or (lambda _what, _done, _total: None)
     registry = WriterRegistry(settings)
     names = resolve_writers(registry, writers)
@@ -163,10 +199,22 @@ async def run_evaluation(
             run = await _bank_figures(sessionmaker, tenant_id, name, tenant, len(chunks))
             run.pipeline_s = time.perf_counter() - started
             asked = [frame_question(q, dataset.chunks, framing) for q in questions]
-            run.results = await _ask(
-                sessionmaker, deps, tenant_id, asked, name, reader, judge, top_k, concurrency, report
-            )
-            runs.append(run)
+            for asking in askings:
+                label = f"{name} [{asking.label}]" if len(askings) > 1 and asking.label else name
+                results = await _ask(
+                    sessionmaker,
+                    deps,
+                    tenant_id,
+                    asked,
+                    label,
+                    reader,
+                    judge,
+                    top_k,
+                    concurrency,
+                    report,
+                    asking,
+                )
+                runs.append(replace(run, writer=label, results=results))
     finally:
         await deps.aclose()
     return runs
@@ -316,6 +364,7 @@ async def _ask(
     top_k: int,
     concurrency: int,
     report: Progress,
+    asking: Asking,
 ) -> list[QuestionResult]:
     async with sessionmaker() as session:
         repo = EvaluationRepository(session)
@@ -328,7 +377,15 @@ async def _ask(
         nonlocal done
         async with slots:
             result = await _answer_and_grade(
-                sessionmaker, deps, tenant_id, question, reader, judge, top_k, derivations, turns
+                sessionmaker,
+                deps,
+                tenant_id,
+                question,
+                asking.question(question, top_k),
+                reader,
+                judge,
+                derivations,
+                turns,
             )
         done += 1
         report(f"asking {writer}'s bank", done, len(questions))
@@ -343,18 +400,12 @@ async def _answer_and_grade(
     deps: PipelineDeps,
     tenant_id: uuid.UUID,
     question: EvalQuestion,
+    asked: Question,
     reader: ChatModel,
     judge: ChatModel,
-    top_k: int,
     derivations: dict[uuid.UUID, list[tuple[int, uuid.UUID]]],
     turns: dict[uuid.UUID, tuple[str, ...]],
 ) -> QuestionResult:
-    asked = Question(
-        user_id=question.user_id,
-        question=question.question,
-        top_k=top_k,
-        also_user_ids=question.also_user_ids,
-    )
     try:
         answer = await answer_question(sessionmaker, deps.searcher, reader, tenant_id, asked)
     except ApiError as exc:

@@ -64,9 +64,12 @@ bank AS (
 
 
 # What held at `:valid_at` (valid time; `memories.repositories.held_at`): active or superseded since, from
-# its valid_from (or, unknown, from when it was stated) until its valid_to.
+# its valid_from (or, unknown, from when it was stated; or, ended before it was stated, from ever) until
+# its valid_to.
 _HELD = (
-    "{p}status IN ('active', 'superseded') AND coalesce({p}valid_from, {p}memory_at, {created}) <= :valid_at"
+    "{p}status IN ('active', 'superseded') AND CASE WHEN {p}valid_from IS NULL"
+    " AND {p}valid_to <= coalesce({p}memory_at, {created}) THEN '-infinity'"
+    " ELSE coalesce({p}valid_from, {p}memory_at, {created}) END <= :valid_at"
     " AND ({p}valid_to IS NULL OR {p}valid_to > :valid_at)"
 )
 

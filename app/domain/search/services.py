@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 import structlog
 from sqlalchemy import select
@@ -44,7 +44,7 @@ from app.embeddings.openai import EmbeddingError
 from app.lib import tracing
 from app.lib.errors import AsOfTooBroad, EmbedderMismatch, InvalidField, Unavailable
 from app.lib.lexical import query_words
-from app.lib.time_expressions import resolve
+from app.lib.time_expressions import named_time
 
 log = structlog.get_logger(__name__)
 
@@ -74,13 +74,6 @@ def lexical_words(text: str) -> tuple[list[str], list[str]]:
     drops the language's stop words and stems the rest."""
     configs, words = query_words(text)
     return configs, [w for w in words if w not in _STOPWORDS]
-
-
-def named_time(text: str, reference_time: datetime | None) -> tuple[datetime | None, datetime | None] | None:
-    """The stretch of time a query names ("in May 2023", "last week", "since 2019"), its calendar words
-    read at `reference_time` (default now, UTC); None when it names none (`app.lib.time_expressions`)."""
-    found = resolve(text, reference_time or datetime.now(UTC))
-    return found.named if found is not None else None
 
 
 @dataclass(frozen=True)
