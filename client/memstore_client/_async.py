@@ -166,7 +166,8 @@ class AsyncClient:
         )
 
     async def search(self, user_id: str, query: str, **options: Any) -> list[models.SearchResult]:
-        """Best first (`top_k`, `as_of`, `valid_at`, `agent_id`, `mode`, `include_expired`)."""
+        """Best first (`top_k`, `as_of`, `valid_at`, `reference_time`, `agent_id`, `mode`,
+        `include_expired`)."""
         return (await self.send(c.search(user_id, query, **options))).results
 
     # --- admin ----------------------------------------------------------------------------------

@@ -253,12 +253,14 @@ def search(
     mode: str = "hybrid",
     include_expired: bool = False,
     valid_at: datetime | None = None,
+    reference_time: datetime | None = None,
 ) -> Call[_Search]:
     body = {"user_id": user_id, "query": query, "top_k": top_k, "as_of": as_of, "agent_id": agent_id}
     options = (
         {"mode": mode}
         | ({"include_expired": True} if include_expired else {})
         | ({"valid_at": valid_at} if valid_at is not None else {})
+        | ({"reference_time": reference_time} if reference_time is not None else {})
     )
     call = post("/v1/memories/search", _Search, body | options)
     return Call(call.method, call.path, call.answer, body=call.body, repeatable=True)  # a read

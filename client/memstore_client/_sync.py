@@ -165,7 +165,8 @@ class Client:
         )
 
     def search(self, user_id: str, query: str, **options: Any) -> list[models.SearchResult]:
-        """Best first (`top_k`, `as_of`, `valid_at`, `agent_id`, `mode`, `include_expired`)."""
+        """Best first (`top_k`, `as_of`, `valid_at`, `reference_time`, `agent_id`, `mode`,
+        `include_expired`)."""
         return self.send(c.search(user_id, query, **options)).results
 
     # --- admin ----------------------------------------------------------------------------------

@@ -12,12 +12,15 @@ from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
+    DateTime,
     Table,
     and_,
     any_,
     bindparam,
+    case,
     func,
     insert,
+    literal,
     or_,
     select,
     text,
@@ -69,10 +72,15 @@ def unexpired(expires_at: Any, at: Any = None) -> ColumnElement[bool]:
 
 def held_at(valid_from: Any, valid_to: Any, memory_at: Any, created_at: Any, at: Any) -> ColumnElement[bool]:
     """Whether a memory's fact held at `at` (valid time): from its `valid_from` — or, unknown, from when
-    it was stated (`memory_at`, else written) — until its `valid_to`, if it has one."""
-    return and_(
-        func.coalesce(valid_from, memory_at, created_at) <= at, or_(valid_to.is_(None), valid_to > at)
+    it was stated (`memory_at`, else written) — until its `valid_to`, if it has one. A fact whose start
+    is unknown and which ended before it was stated ("I live in Lyon", then "I moved to Seattle last
+    month") held, as far as the bank knows, at any time before it ended."""
+    stated = func.coalesce(memory_at, created_at)
+    began = case(
+        (and_(valid_from.is_(None), valid_to <= stated), literal("-infinity").cast(DateTime(timezone=True))),
+        else_=func.coalesce(valid_from, stated),
     )
+    return and_(began <= at, or_(valid_to.is_(None), valid_to > at))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -67,6 +68,14 @@ async def test_the_blocking_client_ingests_pages_explains_and_undoes(
             assert explained.versions[0].source.messages[0]["content"] == "I live in Lyon."
             [best] = memstore.search("ana", "lives in Seattle", top_k=1)
             assert best.memory.content == "The user lives in Seattle."
+            # Lyon held until the move "last month" began; what held before then is Lyon.
+            assert lyon.valid_to is not None
+            before = lyon.valid_to - timedelta(days=1)
+            [then] = memstore.search("ana", "where does the user live", top_k=1, valid_at=before)
+            assert then.memory.content == "The user lives in Lyon."
+            held = memstore.list_memories("ana", valid_at=before).items
+            assert "The user lives in Seattle." not in [m.content for m in held]
+            assert "The user lives in Lyon." in [m.content for m in held]
 
             dry = memstore.rollback(lyon.id, 1, dry_run=True)
             assert dry.changeset_id is None
