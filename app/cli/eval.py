@@ -373,5 +373,5 @@ def _evaluate(
         markdown_out.write_text(table, encoding="utf-8")
     if plot_out is not None and (why := report.plot(outcome, plot_out)) is not None:
         typer.echo(f"memstore eval: {why}", err=True)
-    banks = ", ".join(w["tenant"] for w in outcome["writers"].values())
+    banks = ", ".join(dict.fromkeys(w["tenant"] for w in outcome["writers"].values()))
     typer.echo(f"banks kept for inspection: {banks}", err=True)

@@ -46,7 +46,7 @@ class SearchSettings(BaseModel):
         description="Weight of the vector ranking in relative fusion (the lexical one weighs 1 - it).",
     )
     search_time_boost: float = Field(
-        default=0.0,
+        default=0.5,
         ge=0.0,
         le=10.0,
         description="Raise the memories whose fact held at a time the query names ('in May 2023', 'last "

@@ -10,7 +10,7 @@
 - `as_of` searches the scope's versions valid at that time, exactly; `valid_at` the memories whose fact
   held then.
 - A time the query names ("in May 2023", "last week" at `reference_time`) raises the memories whose
-  fact held then, by `search_time_boost` (off by default: docs/evaluation.md measures it).
+  fact held then, by `search_time_boost` (0.5; docs/evaluation.md measures it).
 - Hybrid mode fuses the vector ranking with a BM25 ranking of the memories' lexemes, each in its own
   language and the query's in its own (`app.lib.lexical`) (by
   relative score, or reciprocal rank fusion), so names and numbers the embedder does not capture
