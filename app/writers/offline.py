@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from app.writers.base import Candidate, Op, OpKind, WriteRequest, WriteResult
 from app.lib.time_expressions import resolve
+from app.writers.base import Candidate, Op, OpKind, WriteRequest, WriteResult
 
 # Bump when the rules change what they extract, so changesets show which rule set wrote them.
 RULES_VERSION = "offline-rules/2"  # 2: facts carry the validity their sentence states

@@ -20,8 +20,9 @@ as the framework does, and says so on the changeset (`reconcile_unreadable`).
 `intentions` become memories of their own, not reconciled (the framework stores them apart), their
 `valid_until` kept in the version's reason and, read as the framework reads it (a date, or a time
 whose day counts, to that day's end, UTC when it names no zone), as the memory's expiry and the end of
-its validity: a plan whose day has passed is no longer shown, and `valid_at` after it finds it no more; `basic_info` fields become one memory each, replacing the
-field's earlier memory when the value changed. What differs from the framework is listed in
+its validity: a plan whose day has passed is no longer shown, and `valid_at` after it finds it no
+more; `basic_info` fields become one memory each, replacing the field's earlier memory when the value
+changed. What differs from the framework is listed in
 docs/writers.md; `tests/integration/writers/test_protocol_fidelity.py` holds this module to it.
 """
 
