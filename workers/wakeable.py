@@ -64,8 +64,11 @@ class WakeableWorker(Worker):
         self._woken.clear()  # a wake-up during this look is kept for the wait below
         started = time.monotonic()
         await super()._poll_iteration()
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation that arrives as the
+        # wake-up does, and the worker asked to stop would poll on.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._woken.wait(), self.wait_s)
+            async with asyncio.timeout(self.wait_s):
+                await self._woken.wait()
         rest = MIN_POLL_INTERVAL_S - (time.monotonic() - started)
         if rest > 0:
             await asyncio.sleep(rest)

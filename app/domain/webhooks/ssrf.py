@@ -117,7 +117,8 @@ async def check_url(url: str, policy: AddressPolicy) -> None:
     if policy.allows_host(host):
         return
     try:
-        addresses = await asyncio.wait_for(resolve(host, port), RESOLVE_TIMEOUT_S)
+        async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+            addresses = await resolve(host, port)
     except (OSError, TimeoutError) as exc:
         raise BlockedAddressError(f"{host} does not resolve: {exc}") from exc
     policy.check_addresses(host, addresses)
@@ -133,7 +134,8 @@ class GuardedResolver(AbstractResolver):
 
     async def resolve(self, host: str, port: int = 0, family: Any = socket.AF_INET) -> list[ResolveResult]:
         try:
-            addresses = await asyncio.wait_for(resolve(host, port), RESOLVE_TIMEOUT_S)
+            async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+                addresses = await resolve(host, port)
         except (OSError, TimeoutError) as exc:
             raise BlockedAddressError(f"{host} does not resolve: {exc}") from exc
         self.policy.check_addresses(host, addresses)

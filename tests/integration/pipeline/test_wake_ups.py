@@ -20,9 +20,20 @@ from app.lib.queue import QUEUE_NAME, JobQueue, create_redis
 from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer
 from tests.support.workers import running_worker
+from workers.settings import shutdown, worker_options
 from workers.wakeable import WakeableWorker
 
-IDLE = 0.3  # long enough for the worker's first looks at the queue and its subscription
+IDLE = 0.3  # long enough for the worker's look at the queue and its subscription, once it polls
+
+
+async def idle(worker: WakeableWorker) -> None:
+    """Until the worker has started polling (its start-up, which loads the language model, can take
+    longer than IDLE on a loaded machine or in a fresh process) and is waiting between polls."""
+    for _ in range(600):
+        if worker._listener is not None:  # made at its first look at the queue
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(IDLE)
 
 
 async def status(sessionmaker: async_sessionmaker[AsyncSession], chunk_id: str) -> str:
@@ -63,8 +74,8 @@ async def test_an_idle_worker_takes_up_a_new_chunk_at_once_not_at_its_next_poll(
 ) -> None:
     """With a 30 s poll delay, chunks of new users posted to an idle worker are applied within seconds
     when the API wakes it; with wake-ups off, the same chunk still waits two seconds later."""
-    async with running_worker(quiet(settings), poll_delay=30):
-        await asyncio.sleep(IDLE)
+    async with running_worker(quiet(settings), poll_delay=30) as worker:
+        await idle(worker)
         unwoken = await post_one(quiet(settings, worker_wake=False), tenant, "unwoken")
         await asyncio.sleep(2)
         assert await status(sessionmaker, unwoken) == "queued"
@@ -83,8 +94,8 @@ async def test_without_wake_ups_the_poll_finds_the_work(
 ) -> None:
     """A wake-up lost (here: never sent) costs the poll delay, nothing more."""
     unwoken = quiet(settings, worker_wake=False)
-    async with running_worker(unwoken, poll_delay=1.0):
-        await asyncio.sleep(IDLE)
+    async with running_worker(unwoken, poll_delay=1.0) as worker:
+        await idle(worker)
         started = time.monotonic()
         chunk_id = await post_one(unwoken, tenant, "polled")
         took = await seconds_to_applied(sessionmaker, chunk_id, started, 10)
@@ -167,3 +178,25 @@ async def test_a_look_at_the_queue_does_not_recheck_the_jobs_already_running(
         finally:
             await queue.close()
             await redis.aclose()
+
+
+async def test_a_worker_asked_to_stop_as_a_wake_up_arrives_stops(settings: Settings) -> None:
+    """The cancellation and the wake-up land in the same turn of the loop: the worker must still stop
+    (Python 3.11's asyncio.wait_for dropped such a cancellation, and the worker polled on)."""
+    worker = WakeableWorker(**(worker_options(settings) | {"handle_signals": False, "poll_delay": 5.0}))
+    task = asyncio.create_task(worker.main())
+    try:
+        await idle(worker)  # past its first look, in its wait for a wake-up
+        assert not task.done()
+        worker._woken.set()  # the wake-up, at the very moment of the stop
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=3)
+        assert task in done, "the worker went on after it was cancelled"
+        assert task.cancelled()
+    finally:
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=1)
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await worker.close()
+        await shutdown(worker.ctx)
