@@ -64,7 +64,7 @@ class _Period:
 
 # --- words ------------------------------------------------------------------------------------------
 
-_MONTH_NAMES = (
+MONTH_NAMES = (
     "january",
     "february",
     "march",
@@ -78,7 +78,7 @@ _MONTH_NAMES = (
     "november",
     "december",
 )
-_WEEKDAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+WEEKDAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _NUMBER_WORDS = {
     "a": 1,
     "an": 1,
@@ -96,8 +96,8 @@ _NUMBER_WORDS = {
     "twelve": 12,
 }
 
-_MONTH = r"\b(?:" + "|".join(_MONTH_NAMES) + r")\b"  # full names only: "Jan" is also a name
-_WEEKDAY = r"\b(?:" + "|".join(_WEEKDAY_NAMES) + r")\b"  # "Fridays" (a habit) is not a day
+_MONTH = r"\b(?:" + "|".join(MONTH_NAMES) + r")\b"  # full names only: "Jan" is also a name
+_WEEKDAY = r"\b(?:" + "|".join(WEEKDAY_NAMES) + r")\b"  # "Fridays" (a habit) is not a day
 # Years from 1900 to 2099 only, so that "I ran 5000 metres" or "room 1204" is never a year.
 _YEAR = r"\b(?:19|20)\d{2}(?!\d)"
 _DAY_NUMBER = r"\b\d{1,2}(?:st|nd|rd|th)?\b"  # checked against the month when the date is built
@@ -280,7 +280,7 @@ class _Moment:
 
 
 def _month_number(name: str) -> int:
-    return _MONTH_NAMES.index(name.lower()) + 1
+    return MONTH_NAMES.index(name.lower()) + 1
 
 
 def _day_number(text: str) -> int:
@@ -355,7 +355,7 @@ def _weekday_period(groups: dict[str, str], moment: _Moment) -> _Period:
         future = False
     else:  # "Friday", "on Friday", "this Friday": the clause's tense decides
         future = moment.future
-    weekday = _WEEKDAY_NAMES.index(groups["weekday"].lower())
+    weekday = WEEKDAY_NAMES.index(groups["weekday"].lower())
     return _day(_weekday_date(weekday, moment.said_on, future), moment.zone)
 
 

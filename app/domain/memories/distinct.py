@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from app.domain.memories.polarity import opposite_polarity
+from app.lib.time_expressions import MONTH_NAMES, WEEKDAY_NAMES
 
 
 def _word_set(text: str) -> frozenset[str]:
@@ -99,29 +100,13 @@ _TIMES_OF_DAY = frozenset(
     ("morning", "afternoon", "evening", "night", "tonight", "noon", "midnight", "midday")
 )
 _RELATIVE_DAYS = frozenset(("yesterday", "today", "tomorrow"))
-_WEEKDAYS = {
-    name: full
-    for full in ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-    for name in (full, full[:3])
-} | {"tues": "tuesday", "thur": "thursday", "thurs": "thursday", "weds": "wednesday"}
-_MONTHS = {
-    name: full
-    for full in (
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-    )
-    for name in (full, full[:3])
-} | {"sept": "september"}
+_WEEKDAYS = {name: full for full in WEEKDAY_NAMES for name in (full, full[:3])} | {
+    "tues": "tuesday",
+    "thur": "thursday",
+    "thurs": "thursday",
+    "weds": "wednesday",
+}
+_MONTHS = {name: full for full in MONTH_NAMES for name in (full, full[:3])} | {"sept": "september"}
 _KIN = {
     **{
         w: w
