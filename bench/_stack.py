@@ -8,6 +8,7 @@ can be stopped and started again on the same port, as a real one restarted.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
@@ -30,6 +31,31 @@ ROOT = Path(__file__).resolve().parents[1]
 ADMIN_KEY = "ms_bench_admin_key_0123456789abcdef"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 90.0
+
+
+def add_settings_option(parser: argparse.ArgumentParser) -> None:
+    """`--env MEMSTORE_X=V`, repeatable: settings for the service the benchmark starts."""
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="MEMSTORE_X=V",
+        help="a setting for the service (repeatable), e.g. MEMSTORE_EMBEDDER=hashing",
+    )
+
+
+def _setting(text: str) -> str:
+    name, equals, _ = text.partition("=")
+    if not equals or not name.startswith("MEMSTORE_"):
+        msg = f"expected MEMSTORE_X=V, not {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return text
+
+
+def settings_of(pairs: list[str]) -> dict[str, str]:
+    """The `--env` settings as environment variables."""
+    return dict(pair.split("=", 1) for pair in pairs)
 
 
 def free_port() -> int:

@@ -45,7 +45,7 @@ from typing import Any
 
 import asyncpg
 import httpx
-from _stack import FakeModelServer, Stack, running_stack
+from _stack import FakeModelServer, Stack, add_settings_option, running_stack, settings_of
 
 ERROR_CHARS = 240  # of an error, in the printed report
 
@@ -275,7 +275,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "MEMSTORE_EMBEDDER": "openai",
         "MEMSTORE_EMBEDDER_BASE_URL": embeddings.base_url,
         "MEMSTORE_MAX_ATTEMPTS": str(args.max_attempts),
-        **dict(item.split("=", 1) for item in args.env),
+        **settings_of(args.env),
     }
     clock, posting, samples = Clock(), Posting(), []
     try:
@@ -441,13 +441,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="worker processes of `memstore up`")
     parser.add_argument("--log-level", default="INFO", help="MEMSTORE_LOG_LEVEL of the service")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    parser.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="MEMSTORE_X=V",
-        help="a setting for the service (repeatable)",
-    )
+    add_settings_option(parser)
     args = parser.parse_args()
     print(
         f"embedder outage: {args.users} users at {args.rate:g} chunks/s; the embeddings server stops after"

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import asyncpg
-from _stack import Stack, running_stack
+from _stack import Stack, add_settings_option, running_stack, settings_of
 
 GOAL_CHUNKS_PER_S = 1500
 GOAL_SHARE_OF_TRIVIAL = 0.30
@@ -322,9 +322,7 @@ def main() -> None:
         action="store_true",
         help="run with the service's default limits (the bench otherwise turns the rate limit off)",
     )
-    parser.add_argument(
-        "--env", action="append", default=[], metavar="MEMSTORE_X=V", help="a setting (repeatable)"
-    )
+    add_settings_option(parser)
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
@@ -337,7 +335,7 @@ def main() -> None:
         + ("default settings" if args.default_settings else "rate limit off")
         + "".join(f"; {setting}" for setting in args.env)
     )
-    overrides = dict(setting.split("=", 1) for setting in args.env)
+    overrides = settings_of(args.env)
     with running_stack(
         workers=args.workers,
         api_processes=args.api_processes,

@@ -44,7 +44,7 @@ from typing import Any
 import asyncpg
 import httpx
 import psutil
-from _stack import CpuByRole, Stack, cpu_seconds, running_stack
+from _stack import CpuByRole, Stack, add_settings_option, cpu_seconds, running_stack, settings_of
 
 GOAL_APPLIED_PER_S = 300
 DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
@@ -321,7 +321,7 @@ def _rate(count: int, seconds: float | None) -> float:
 
 def settings_env(args: argparse.Namespace) -> dict[str, str]:
     """The `--env MEMSTORE_X=V` settings given on the command line."""
-    return dict(item.split("=", 1) for item in args.env)
+    return settings_of(args.env)
 
 
 async def drain(args: argparse.Namespace, by_user: dict[str, list[Chunk]]) -> dict[str, Any]:
@@ -521,13 +521,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900, help="most seconds to wait for the workers")
     parser.add_argument("--log-level", default="INFO", help="MEMSTORE_LOG_LEVEL of the service")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    parser.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="MEMSTORE_X=V",
-        help="a setting for the service (repeatable), e.g. MEMSTORE_EMBEDDER=hashing",
-    )
+    add_settings_option(parser)
     args = parser.parse_args()
 
     source, by_user = build_input(args.locomo.resolve(), args.copies, args.limit)

@@ -459,10 +459,10 @@ def run_multilingual(args: argparse.Namespace) -> dict[str, Any]:
     """Store each language's facts as one user's memories through the `verbatim` writer of a real
     `memstore up`, then ask every question through `POST /v1/memories/search` as configured."""
     import httpx
-    from _stack import running_stack
+    from _stack import running_stack, settings_of
 
     sets = load_multilingual(args.data)
-    overrides = dict(setting.split("=", 1) for setting in args.env)
+    overrides = settings_of(args.env)
     defaults = Settings.model_fields
     results: dict[str, Any] = {
         "params": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
@@ -562,11 +562,13 @@ def report_multilingual(results: dict[str, Any]) -> None:
 
 
 def multilingual_main() -> None:
+    from _stack import add_settings_option
+
     parser = argparse.ArgumentParser(description="Retrieval in the user's language: hit@1, hit@3, MRR")
     parser.add_argument("--multilingual", action="store_true", required=True)
     parser.add_argument("--data", type=Path, default=MULTILINGUAL_DATA, help="folder of <language>.json")
     parser.add_argument("--depth", type=int, default=50, help="top_k asked for (MRR's horizon)")
-    parser.add_argument("--env", action="append", default=[], help="MEMSTORE_X=value for the stack")
+    add_settings_option(parser)
     parser.add_argument(
         "--mode", choices=("hybrid", "vector", "lexical"), help="search mode (default: the API's)"
     )

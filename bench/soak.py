@@ -71,7 +71,7 @@ from typing import Any
 import asyncpg
 import httpx
 import psutil
-from _stack import GONE, FakeModelServer, Stack, role_of, running_stack
+from _stack import GONE, FakeModelServer, Stack, add_settings_option, role_of, running_stack, settings_of
 
 FINISHED = ("applied", "failed")
 POST_TRIES = 5
@@ -668,7 +668,7 @@ def service_env(args: argparse.Namespace, model: FakeModelServer) -> dict[str, s
         "MEMSTORE_WRITER_BASE_URL": model.base_url,
         "MEMSTORE_WRITER_MODEL": "hy-memory",
         "MEMSTORE_EMBEDDER": args.embedder,
-        **dict(item.split("=", 1) for item in args.env),
+        **settings_of(args.env),
     }
 
 
@@ -977,13 +977,7 @@ def main() -> None:
     parser.add_argument(
         "--plot", type=Path, help="also draw lag, memory and queue over time (needs matplotlib)"
     )
-    parser.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="MEMSTORE_X=V",
-        help="a setting for the service (repeatable)",
-    )
+    add_settings_option(parser)
     args = parser.parse_args()
     duration = 60 * args.minutes
     args.undo_every_s = args.undo_every_s or duration / 10

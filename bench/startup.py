@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from _stack import add_settings_option, settings_of
 
 
 def free_port() -> int:
@@ -98,15 +99,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="MEMSTORE_X=V",
-        help="a setting for the service (repeatable), e.g. MEMSTORE_EMBEDDER=hashing",
-    )
+    add_settings_option(parser)
     args = parser.parse_args()
-    settings = dict(item.split("=", 1) for item in args.env)
+    settings = settings_of(args.env)
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "data"
         results = [one_run(data_dir, args.workers, settings) for _ in range(args.runs)]

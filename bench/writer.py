@@ -40,7 +40,7 @@ from typing import Any
 import asyncpg
 import httpx
 import psutil
-from _stack import CpuByRole, Stack, cpu_seconds, running_stack
+from _stack import CpuByRole, Stack, add_settings_option, cpu_seconds, running_stack, settings_of
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 0.90
@@ -186,7 +186,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "MEMSTORE_WRITER_MAX_CONCURRENCY": str(jobs_per_worker),
         "MEMSTORE_WORKER_MAX_JOBS": str(jobs_per_worker),
         "MEMSTORE_LOG_LEVEL": args.log_level,
-        **dict(item.split("=", 1) for item in args.env),
+        **settings_of(args.env),
     }
     rows = []
     try:
@@ -257,13 +257,7 @@ def main() -> None:
         action="store_true",
         help="experiment: drop the HNSW index over memories first (search across users then scans)",
     )
-    parser.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="MEMSTORE_X=V",
-        help="a setting for the service (repeatable)",
-    )
+    add_settings_option(parser)
     args = parser.parse_args()
     print(
         f"LLM writer: fake model at {args.latency:g} s/call, {args.workers} worker process(es), "
