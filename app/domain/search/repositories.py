@@ -63,21 +63,25 @@ bank AS (
 )"""
 
 
-# What held at `:valid_at` (valid time; `memories.repositories.held_at`): active or superseded since, from
-# its valid_from (or, unknown, from when it was stated; or, ended before it was stated, from ever) until
-# its valid_to.
+# Since when a fact held (valid time; `memories.repositories.held_at`): its valid_from, or, unknown, when
+# it was stated; one that ended before it was stated held, as far as the bank knows, from ever.
+_HELD_SINCE = (
+    "CASE WHEN {p}valid_from IS NULL AND {p}valid_to <= coalesce({p}memory_at, {created})"
+    " THEN '-infinity'::timestamptz ELSE coalesce({p}valid_from, {p}memory_at, {created}) END"
+)
+
+# What held at `:valid_at`: active or superseded since, from `_HELD_SINCE` until its valid_to.
 _HELD = (
-    "{p}status IN ('active', 'superseded') AND CASE WHEN {p}valid_from IS NULL"
-    " AND {p}valid_to <= coalesce({p}memory_at, {created}) THEN '-infinity'"
-    " ELSE coalesce({p}valid_from, {p}memory_at, {created}) END <= :valid_at"
-    " AND ({p}valid_to IS NULL OR {p}valid_to > :valid_at)"
+    "{p}status IN ('active', 'superseded') AND "
+    + _HELD_SINCE
+    + " <= :valid_at AND ({p}valid_to IS NULL OR {p}valid_to > :valid_at)"
 )
 
 # How well a memory's valid time fits the time a query names (`:named_from` .. `:named_to`, either open):
 # 1 when its fact began then, 0.5 when its validity is known and it began before and still held then,
 # else 0. A fact whose valid time is unknown began when it was stated, and may have been an event of
 # that day as much as a state that lasted: it is not counted as holding later.
-_BEGAN = "coalesce(b.valid_from, b.memory_at, b.created_at)"
+_BEGAN = _HELD_SINCE.format(p="b.", created="b.created_at")
 _NAMED_FROM = "coalesce(CAST(:named_from AS timestamptz), '-infinity')"
 _NAMED_TO = "coalesce(CAST(:named_to AS timestamptz), 'infinity')"
 _TIME_FIT = f"""CASE

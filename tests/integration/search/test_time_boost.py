@@ -34,6 +34,8 @@ BANK = [
     ("The user went hiking with her brother.", "2023-08-20", None, None),
     ("The user lived in Lyon.", "2020-01-05", "2020-01-05", "2024-03-10"),
     ("The user lives in Seattle.", "2024-03-10", "2024-03-10", None),
+    # Said after it ended ("I lived in Paris until last month"): it held, as far as we know, before then.
+    ("The user lived in Paris.", "2024-03-10", None, "2024-02-01"),
 ]
 
 
@@ -112,6 +114,12 @@ async def test_a_fact_that_held_through_the_named_year_ranks_over_one_that_began
     # With a boost of 1: Lyon held through 2022 (half the boost: x 1.5 / 2), Seattle began later (x 1 / 2).
     assert on[lyon] == pytest.approx(off[lyon] * 0.75)
     assert on[seattle] == pytest.approx(off[seattle] * 0.5)
+    assert on["The user lived in Paris."] == pytest.approx(off["The user lived in Paris."] * 0.75)
+    # Nor did Paris begin in March 2024, when it was said: it had ended by then.
+    march = dict(await found(boosted, tenant, "Where did the user live in March 2024?"))
+    march_off = dict(await found(plain, tenant, "Where did the user live in March 2024?"))
+    assert march["The user lived in Paris."] == pytest.approx(march_off["The user lived in Paris."] * 0.5)
+    assert march[seattle] == pytest.approx(march_off[seattle])  # began then: the full boost, x 2 / 2
 
 
 async def test_a_query_naming_no_time_ranks_the_same_either_way(
