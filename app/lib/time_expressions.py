@@ -155,7 +155,9 @@ class _Form:
     """A search pattern with groups "first" and/or "last" (each one shape), and what the match sets."""
 
     pattern: re.Pattern[str]
-    sets: str  # "from" (valid_from), "since" (valid_from, and open-ended), "to" (valid_to) or "both"
+    # "from" (valid_from), "since" (valid_from, and open-ended), "to" (valid_to), "both" (a range) or
+    # "during" (valid_from and valid_to: the one period's start and end)
+    sets: str
 
 
 def _form(pattern: str, sets: str) -> _Form:
@@ -168,6 +170,7 @@ _FORMS = (
     _form(rf"\bfrom\s+(?P<first>{_ANY})\s+(?:to|until|till|through)\s+(?P<last>{_ANY})", "both"),
     _form(rf"\bbetween\s+(?P<first>{_ANY})\s+and\s+(?P<last>{_ANY})", "both"),
     _form(rf"\bsince\s+(?P<first>{_ANY})", "since"),
+    _form(rf"\b(?:during|throughout)\s+(?P<first>{_ANY})", "during"),
     _form(rf"\b(?:up\s+)?(?:until|till)\s+(?P<last>{_ANY})", "to"),
     # Plain expressions. A bare number is never a year ("I have 2019 photos"), a bare month never a month
     # ("may" is also a verb), and a day without a year needs "on" ("these 2 may help" is not 2 May).
@@ -399,6 +402,10 @@ def _validity(match: re.Match[str], sets: str, moment: _Moment) -> Validity | No
         if first is None or last is None or first.start >= last.end:
             return None  # "from 2021 to 2019" states no stretch of time
         valid_from, valid_to, named = first.start, last.end, (first.start, last.end)
+    elif sets == "during":
+        if first is None:
+            return None
+        valid_from, valid_to, named = first.start, first.end, (first.start, first.end)
     elif sets in ("from", "since"):
         if first is None:
             return None

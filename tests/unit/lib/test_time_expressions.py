@@ -55,6 +55,10 @@ EXPRESSIONS = [
     ("I lived in Lyon from 2019 to 2021", (2019, 1, 1), (2022, 1, 1), "from 2019 to 2021"),
     ("I lived in Lyon between 2019 and 2021", (2019, 1, 1), (2022, 1, 1), "between 2019 and 2021"),
     ("I was in Lyon from May 7 to May 9", (2024, 5, 7), (2024, 5, 10), "from May 7 to May 9"),
+    # One period, start and end.
+    ("I was vegetarian during 2019", (2019, 1, 1), (2020, 1, 1), "during 2019"),
+    ("I lived in Lyon throughout March 2024", (2024, 3, 1), (2024, 4, 1), "throughout March 2024"),
+    ("I was in Lyon during last week", (2024, 6, 3), (2024, 6, 10), "during last week"),
     # Relative days and periods (weeks start on Monday).
     ("I got a cat yesterday", (2024, 6, 11), None, "yesterday"),
     ("I got a cat today", (2024, 6, 12), None, "today"),
@@ -290,6 +294,7 @@ NAMED = [
     ("what changed since 2019", (2019, 1, 1), None),
     ("what did I believe until March", None, (2024, 4, 1)),
     ("where was I between 2019 and 2021", (2019, 1, 1), (2022, 1, 1)),
+    ("which city did I live in during 2022", (2022, 1, 1), (2023, 1, 1)),
 ]
 
 
