@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import Integer
 
 from app.db.models import Changeset, Chunk, Memory, MemoryVersion, Review, Scope
-from app.domain.memories.repositories import VERSIONS, VersionState, in_force_at
+from app.domain.memories.repositories import HEAD_STATE, VERSIONS, VersionState, in_force_at
 from app.domain.memories.version_writer import Restoration
 
 MEMORIES = cast("Table", Memory.__table__)
@@ -105,18 +105,7 @@ class HistoryRepository:
     ) -> dict[uuid.UUID, VersionState]:
         """Row-lock the scope's memories (all, or `ids`) in id order, as the apply step does."""
         stmt = (
-            select(
-                _m.id.label("memory_id"),
-                _m.version,
-                _m.status,
-                _m.content,
-                _m.tags,
-                _m.owner,
-                _m.memory_at,
-                _m.expires_at,
-                _m.valid_from,
-                _m.valid_to,
-            )
+            select(_m.id.label("memory_id"), *HEAD_STATE)
             .where(_m.tenant_id == tenant_id, _m.user_id == user_id)
             .order_by(_m.id)
             .with_for_update()

@@ -40,8 +40,8 @@ CHANGESETS = cast("Table", Changeset.__table__)
 
 # Built once: the worker runs these for every chunk.
 _m = MEMORIES.c
-_STATE = (
-    _m.id,
+# A head's state after its id: what the apply step and history's undo lock and compare.
+HEAD_STATE = (
     _m.version,
     _m.status,
     _m.content,
@@ -52,6 +52,7 @@ _STATE = (
     _m.valid_from,
     _m.valid_to,
 )
+_STATE = (_m.id, *HEAD_STATE)
 _UUIDS = ARRAY(UUID(as_uuid=True))
 _LOCK_STATES = (
     select(_m.tenant_id, _m.user_id, *_STATE)
