@@ -17,13 +17,23 @@ from tests.support.workers import running_worker, wait_for_chunks
 Client = AsyncTestClient[Litestar]
 
 
-async def say(api: Client, headers: dict[str, str], text: str, at: str) -> None:
-    response = await api.post(
-        "/v1/chunks",
-        json={"user_id": "ana", "messages": [{"role": "user", "content": text, "created_at": at}]},
-        headers=headers,
-    )
-    assert response.status_code == 202, response.text
+async def say(
+    api: Client,
+    headers: dict[str, str],
+    settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    tenant: TenantKeys,
+    said: list[tuple[str, str]],
+) -> None:
+    """Ana says each (text, time) in turn, each applied by a worker before the next is posted."""
+    async with running_worker(settings):
+        for n, (text, at) in enumerate(said, 1):
+            message = {"role": "user", "content": text, "created_at": at}
+            response = await api.post(
+                "/v1/chunks", json={"user_id": "ana", "messages": [message]}, headers=headers
+            )
+            assert response.status_code == 202, response.text
+            await wait_for_chunks(sessionmaker, tenant.tenant_id, n)
 
 
 async def held_at(api: Client, tenant: TenantKeys, moment: str, **params: Any) -> list[dict[str, Any]]:
@@ -42,11 +52,8 @@ async def test_a_replaced_fact_held_until_the_new_one_and_undo_reopens_it(
     pipeline_settings: Settings,
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> None:
-    async with running_worker(pipeline_settings):
-        await say(api, ingest_headers, "I live in Lyon.", "2020-01-05T10:00:00Z")
-        await wait_for_chunks(sessionmaker, tenant.tenant_id, 1)
-        await say(api, ingest_headers, "I moved to Seattle.", "2024-03-10T09:00:00Z")
-        await wait_for_chunks(sessionmaker, tenant.tenant_id, 2)
+    said = [("I live in Lyon.", "2020-01-05T10:00:00Z"), ("I moved to Seattle.", "2024-03-10T09:00:00Z")]
+    await say(api, ingest_headers, pipeline_settings, sessionmaker, tenant, said)
 
     [lyon] = await held_at(api, tenant, "2022-06-01T00:00:00Z")
     assert lyon["content"] == "The user lives in Lyon."
@@ -110,11 +117,11 @@ async def test_the_offline_writer_reads_when_a_fact_began_from_its_sentence(
 ) -> None:
     """ "I moved to Berlin last month", said on 10 March 2024 (Berlin time): the move, and so the old
     fact's end, was on 1 February; the message's own zone decides what "last month" is."""
-    async with running_worker(pipeline_settings):
-        await say(api, ingest_headers, "I live in Lyon.", "2020-01-05T10:00:00Z")
-        await wait_for_chunks(sessionmaker, tenant.tenant_id, 1)
-        await say(api, ingest_headers, "I moved to Berlin last month.", "2024-03-10T09:00:00+01:00")
-        await wait_for_chunks(sessionmaker, tenant.tenant_id, 2)
+    said = [
+        ("I live in Lyon.", "2020-01-05T10:00:00Z"),
+        ("I moved to Berlin last month.", "2024-03-10T09:00:00+01:00"),
+    ]
+    await say(api, ingest_headers, pipeline_settings, sessionmaker, tenant, said)
     [lyon] = await held_at(api, tenant, "2024-01-31T12:00:00Z")
     assert lyon["content"] == "The user lives in Lyon."
     assert lyon["valid_to"] == "2024-01-31T23:00:00Z"  # 1 February, midnight at +01:00
