@@ -62,6 +62,11 @@ async def test_a_receiver_down_for_a_while_gets_everything_in_order_once_back(
         await receiver.start()  # back, on the same port
         await receiver.wait_for(3)
 
+        async def recorded() -> bool:  # the worker records each answer after the receiver has it
+            return {d["status"] for d in await _deliveries(api, tenant, hook["id"])} == {"delivered"}
+
+        await _until(recorded)
+
     assert [d.data["chunk_id"] for d in receiver.received] == chunks  # in order, nothing lost
     items = await _deliveries(api, tenant, hook["id"])
     assert {d["status"] for d in items} == {"delivered"}
@@ -99,6 +104,11 @@ async def test_given_up_after_the_schedule_then_redelivered(
         assert response.status_code == 200, response.text
         assert response.json()["status"] == "pending"
         [arrived] = await receiver.wait_for(1)
+
+        async def recorded() -> bool:  # the worker records the answer after the receiver has it
+            return [d["status"] for d in await _deliveries(api, tenant, hook["id"])] == ["delivered"]
+
+        await _until(recorded)
     assert arrived.webhook_id == delivery["webhook_id"]
     [delivery] = await _deliveries(api, tenant, hook["id"])
     assert delivery["status"] == "delivered"
