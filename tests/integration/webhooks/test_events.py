@@ -11,7 +11,7 @@ from app.config import Settings
 from tests.conftest import TenantKeys
 from tests.integration.webhooks.conftest import Client, create_webhook
 from tests.support.webhook_receiver import WebhookReceiver
-from tests.support.workers import running_worker
+from tests.support.workers import running_worker, wait_until
 
 
 async def _ingest(api: Client, tenant: TenantKeys, user: str, text: str, **extra: Any) -> str:
@@ -40,6 +40,15 @@ async def _memories(api: Client, tenant: TenantKeys, user: str) -> dict[str, str
     response = await api.get("/v1/memories", params={"user_id": user}, headers=tenant.admin)
     assert response.status_code == 200, response.text
     return {m["content"]: m["id"] for m in response.json()["items"]}
+
+
+async def _deliveries(api: Client, tenant: TenantKeys, hook_id: str) -> list[dict[str, Any]]:
+    response = await api.get(
+        f"/v1/admin/webhooks/{hook_id}/deliveries", params={"limit": 100}, headers=tenant.admin
+    )
+    assert response.status_code == 200, response.text
+    items: list[dict[str, Any]] = response.json()["items"]
+    return items
 
 
 async def test_a_run_of_events_arrives_signed_and_in_order(
@@ -101,6 +110,11 @@ async def test_a_run_of_events_arrives_signed_and_in_order(
         ]  # fmt: skip
         await receiver.wait_for(len(expected_ana) + 2)
 
+        async def recorded() -> bool:  # the worker records each answer after the receiver has it
+            return {d["status"] for d in await _deliveries(api, tenant, hook["id"])} == {"delivered"}
+
+        await wait_until(recorded, timeout_s=30, what="every delivery recorded as delivered")
+
     assert receiver.refused == []
     assert receiver.types("ana") == expected_ana
     assert receiver.types("bo") == ["memory.added", "chunk.applied"]
@@ -113,11 +127,7 @@ async def test_a_run_of_events_arrives_signed_and_in_order(
     held = next(d for d in receiver.received if d.type == "review.held")
     assert held.data["review_id"] == review["id"]
 
-    deliveries = (
-        await api.get(
-            f"/v1/admin/webhooks/{hook['id']}/deliveries", params={"limit": 100}, headers=tenant.admin
-        )
-    ).json()["items"]
+    deliveries = await _deliveries(api, tenant, hook["id"])
     assert {d["status"] for d in deliveries} == {"delivered"}
     assert sorted(d["webhook_id"] for d in deliveries) == sorted(ids)
 
