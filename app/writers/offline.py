@@ -17,7 +17,7 @@ from app.lib.time_expressions import resolve
 from app.writers.base import Candidate, Op, OpKind, WriteRequest, WriteResult
 
 # Bump when the rules change what they extract, so changesets show which rule set wrote them.
-RULES_VERSION = "offline-rules/2"  # 2: facts carry the validity their sentence states
+RULES_VERSION = "offline-rules/3"  # 2: facts carry the validity their sentence states; 3: their clause
 RULES_HASH = hashlib.sha256(RULES_VERSION.encode()).hexdigest()
 
 MAX_VALUE_CHARS = 100  # longer captures are run-on clauses more often than facts; they are dropped
@@ -490,8 +490,12 @@ def _strip_lead_in(clause: str) -> str:
         clause = stripped
 
 
-def _clauses(sentence: str) -> Iterator[str]:
-    """Split a sentence on ", and I" / " but my" etc. — only where both sides are first-person statements."""
+def _clauses(sentence: str) -> Iterator[tuple[str, str]]:
+    """Split a sentence on ", and I" / " but my" etc. — only where both sides are first-person statements.
+
+    Yields each part as written (lead-in included: "Last month I moved ..." keeps its time phrase) and
+    the clause a rule reads.
+    """
     parts: list[str] = []
     start = 0
     for match in _CLAUSE_BREAK.finditer(sentence):
@@ -503,7 +507,7 @@ def _clauses(sentence: str) -> Iterator[str]:
     for part in parts:
         clause = _strip_lead_in(part.strip())
         if clause:
-            yield clause
+            yield part.strip(), clause
 
 
 def _clean(raw: str, cut: re.Pattern[str] | None) -> str | None:
@@ -589,13 +593,16 @@ def _statements(request: WriteRequest) -> Iterator[_Fact]:
         for sentence in _sentences(text):
             if not sentence or _QUESTION.search(sentence):
                 continue
-            validity = resolve(sentence, said_at)
-            for clause in _clauses(sentence):
+            # A time phrase dates its own clause only: in "I moved to Seattle last month and I mainly
+            # use Python" the move happened last month, not the using of Python.
+            for part, clause in _clauses(sentence):
                 fact = _fact_of(clause)
-                if fact is not None and validity is not None:
+                if fact is None:
+                    continue
+                validity = resolve(part, said_at)
+                if validity is not None:
                     fact = replace(fact, valid_from=validity.valid_from, valid_to=validity.valid_to)
-                if fact is not None:
-                    yield fact
+                yield fact
 
 
 # --- reconciliation ---------------------------------------------------------------------------------

@@ -465,3 +465,43 @@ async def test_a_chunk_without_user_facts_produces_nothing() -> None:
         _request("Hey, how are you?", "Thanks for the help yesterday!", "Can you summarise this article?")
     )
     assert result.ops == []
+
+
+# --- time phrases -----------------------------------------------------------------------------------
+
+
+async def _dated(text: str, said_at: datetime) -> list[tuple[str | None, datetime | None, datetime | None]]:
+    request = WriteRequest(
+        user_id="u1",
+        messages=(Message("user", text, created_at=said_at),),
+        context=(),
+        candidates=(),
+        memory_at=said_at,
+        now=said_at,
+    )
+    return [(op.content, op.valid_from, op.valid_to) for op in (await OfflineWriter().write(request)).ops]
+
+
+async def test_a_time_phrase_dates_only_the_clause_it_is_in() -> None:
+    """The README's own example: the move happened last month; using Python is not dated by it."""
+    said_at = datetime(2024, 3, 10, 9, 0, tzinfo=UTC)
+    last_month = datetime(2024, 2, 1, tzinfo=UTC)
+
+    assert await _dated("I moved to Seattle last month and I mainly use Python.", said_at) == [
+        ("The user lives in Seattle.", last_month, None),
+        ("The user mainly uses Python.", None, None),
+    ]
+    assert await _dated("I mainly use Python, and I moved to Seattle last month.", said_at) == [
+        ("The user mainly uses Python.", None, None),
+        ("The user lives in Seattle.", last_month, None),
+    ]
+    # Leading the clause, the phrase is still its own clause's.
+    assert await _dated("Last month I moved to Seattle, but my dog's name is Rex.", said_at) == [
+        ("The user lives in Seattle.", last_month, None),
+        ("The user's dog is named Rex.", None, None),
+    ]
+    # Each clause keeps its own, not the sentence's first.
+    assert await _dated("I've been vegetarian since 2019 and I moved to Seattle in March.", said_at) == [
+        ("The user is vegetarian.", datetime(2019, 1, 1, tzinfo=UTC), None),
+        ("The user lives in Seattle.", datetime(2024, 3, 1, tzinfo=UTC), None),
+    ]
