@@ -7,7 +7,6 @@ answer an error status instead of 204.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 from dataclasses import dataclass, field
@@ -15,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from tests.support.waiting import wait_for
 
 
 @dataclass
@@ -77,13 +78,12 @@ class WebhookReceiver:
 
     async def wait_for(self, count: int, timeout_s: float = 30.0) -> list[Delivery]:
         """Once at least `count` deliveries have arrived (AssertionError after `timeout_s`)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while len(self.received) < count:
-            assert loop.time() < deadline, (
-                f"{len(self.received)} of {count} deliveries arrived: {self.types()}"
-            )
-            await asyncio.sleep(0.05)
+        await wait_for(
+            self.types,
+            lambda types: len(types) >= count,
+            timeout_s=timeout_s,
+            what=f"{count} deliveries at the receiver",
+        )
         return self.received
 
     def types(self, user_id: str | None = None) -> list[str]:

@@ -4,12 +4,12 @@ metadata and private addresses when an endpoint is created and again when a deli
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from app.config import Settings
 from tests.conftest import TenantKeys
 from tests.integration.webhooks.conftest import Client, create_webhook
+from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import WebhookReceiver
 from tests.support.workers import running_worker
 
@@ -37,14 +37,6 @@ async def _deliveries(api: Client, tenant: TenantKeys, hook_id: str, **params: A
     return items
 
 
-async def _until(check: Any, timeout_s: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await check():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.1)
-
-
 async def test_a_receiver_down_for_a_while_gets_everything_in_order_once_back(
     api: Client, api_settings: Settings, tenant: TenantKeys, receiver: WebhookReceiver
 ) -> None:
@@ -53,19 +45,22 @@ async def test_a_receiver_down_for_a_while_gets_everything_in_order_once_back(
     async with running_worker(api_settings):
         chunks = [await _fail_a_chunk(api, tenant, "ana", n) for n in range(3)]
 
-        async def retried() -> bool:  # the head has failed at least twice; the rest wait behind it
-            items = await _deliveries(api, tenant, hook["id"])
-            return len(items) == 3 and max(d["attempts"] for d in items) >= 2
-
-        await _until(retried)
+        await wait_for(
+            lambda: _deliveries(api, tenant, hook["id"]),
+            lambda items: len(items) == 3 and max(d["attempts"] for d in items) >= 2,
+            timeout_s=30,
+            what="the head's second failed attempt (the rest wait behind it)",
+        )
         assert receiver.received == []
         await receiver.start()  # back, on the same port
         await receiver.wait_for(3)
 
-        async def recorded() -> bool:  # the worker records each answer after the receiver has it
-            return {d["status"] for d in await _deliveries(api, tenant, hook["id"])} == {"delivered"}
-
-        await _until(recorded)
+        await wait_for(  # the worker records each answer after the receiver has it
+            lambda: _deliveries(api, tenant, hook["id"]),
+            lambda items: {d["status"] for d in items} == {"delivered"},
+            timeout_s=30,
+            what="every delivery recorded as delivered",
+        )
 
     assert [d.data["chunk_id"] for d in receiver.received] == chunks  # in order, nothing lost
     items = await _deliveries(api, tenant, hook["id"])
@@ -87,11 +82,12 @@ async def test_given_up_after_the_schedule_then_redelivered(
     async with running_worker(settings):
         await _fail_a_chunk(api, tenant, "ana", 0)
 
-        async def given_up() -> bool:
-            items = await _deliveries(api, tenant, hook["id"], status="failed")
-            return len(items) == 1
-
-        await _until(given_up)
+        await wait_for(
+            lambda: _deliveries(api, tenant, hook["id"]),
+            lambda items: [d["status"] for d in items] == ["failed"],
+            timeout_s=30,
+            what="the delivery given up",
+        )
         [delivery] = await _deliveries(api, tenant, hook["id"])
         assert delivery["attempts"] == 2
         assert [a["status"] for a in delivery["log"]] == [503, 503]
@@ -105,10 +101,12 @@ async def test_given_up_after_the_schedule_then_redelivered(
         assert response.json()["status"] == "pending"
         [arrived] = await receiver.wait_for(1)
 
-        async def recorded() -> bool:  # the worker records the answer after the receiver has it
-            return [d["status"] for d in await _deliveries(api, tenant, hook["id"])] == ["delivered"]
-
-        await _until(recorded)
+        await wait_for(  # the worker records the answer after the receiver has it
+            lambda: _deliveries(api, tenant, hook["id"]),
+            lambda items: [d["status"] for d in items] == ["delivered"],
+            timeout_s=30,
+            what="the redelivery recorded as delivered",
+        )
     assert arrived.webhook_id == delivery["webhook_id"]
     [delivery] = await _deliveries(api, tenant, hook["id"])
     assert delivery["status"] == "delivered"
@@ -162,11 +160,12 @@ async def test_a_name_that_resolves_elsewhere_at_delivery_is_refused_then(
     async with running_worker(api_settings):
         await _fail_a_chunk(api, tenant, "ana", 0)
 
-        async def refused() -> bool:
-            items = await _deliveries(api, tenant, hook["id"])
-            return bool(items) and items[0]["attempts"] >= 1 and items[0]["last_error"] is not None
-
-        await _until(refused)
+        await wait_for(
+            lambda: _deliveries(api, tenant, hook["id"]),
+            lambda items: bool(items) and items[0]["attempts"] >= 1 and items[0]["last_error"] is not None,
+            timeout_s=30,
+            what="a refused attempt in the delivery log",
+        )
     [delivery] = await _deliveries(api, tenant, hook["id"])
     assert delivery["last_error"].startswith("blocked:"), delivery
     assert "10.0.0.1" in delivery["last_error"]
@@ -222,10 +221,12 @@ async def test_a_purge_erases_the_users_events_and_pending_deliveries(
         await _fail_a_chunk(api, tenant, "ana", 0)
         await _fail_a_chunk(api, tenant, "bo", 0)
 
-        async def waiting() -> bool:
-            return len(await _deliveries(api, tenant, hook["id"], status="pending")) == 2
-
-        await _until(waiting)
+        await wait_for(
+            lambda: _deliveries(api, tenant, hook["id"], status="pending"),
+            lambda items: len(items) == 2,
+            timeout_s=30,
+            what="both users' deliveries pending",
+        )
     # Purged with the worker stopped: the in-process test client's request holds this event loop until
     # it answers, and a purge waits for the row locks of a delivery the worker (in the same loop) may
     # be claiming at that moment.

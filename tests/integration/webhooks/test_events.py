@@ -4,14 +4,14 @@ user's events in the order they were committed, each signature valid, nothing tw
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from app.config import Settings
 from tests.conftest import TenantKeys
 from tests.integration.webhooks.conftest import Client, create_webhook
+from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import WebhookReceiver
-from tests.support.workers import running_worker, wait_until
+from tests.support.workers import running_worker
 
 
 async def _ingest(api: Client, tenant: TenantKeys, user: str, text: str, **extra: Any) -> str:
@@ -26,14 +26,16 @@ async def _ingest(api: Client, tenant: TenantKeys, user: str, text: str, **extra
 
 
 async def _settled(api: Client, tenant: TenantKeys, chunk_id: str, timeout_s: float = 30) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        chunk: dict[str, Any] = (await api.get(f"/v1/chunks/{chunk_id}", headers=tenant.admin)).json()
-        if chunk["status"] in ("applied", "failed"):
-            return chunk
-        assert loop.time() < deadline, chunk
-        await asyncio.sleep(0.05)
+    async def chunk() -> dict[str, Any]:
+        found: dict[str, Any] = (await api.get(f"/v1/chunks/{chunk_id}", headers=tenant.admin)).json()
+        return found
+
+    return await wait_for(
+        chunk,
+        lambda found: found["status"] in ("applied", "failed"),
+        timeout_s=timeout_s,
+        what=f"chunk {chunk_id} applied or failed",
+    )
 
 
 async def _memories(api: Client, tenant: TenantKeys, user: str) -> dict[str, str]:
@@ -110,10 +112,12 @@ async def test_a_run_of_events_arrives_signed_and_in_order(
         ]  # fmt: skip
         await receiver.wait_for(len(expected_ana) + 2)
 
-        async def recorded() -> bool:  # the worker records each answer after the receiver has it
-            return {d["status"] for d in await _deliveries(api, tenant, hook["id"])} == {"delivered"}
-
-        await wait_until(recorded, timeout_s=30, what="every delivery recorded as delivered")
+        await wait_for(  # the worker records each answer after the receiver has it
+            lambda: _deliveries(api, tenant, hook["id"]),
+            lambda items: {d["status"] for d in items} == {"delivered"},
+            timeout_s=30,
+            what="every delivery recorded as delivered",
+        )
 
     assert receiver.refused == []
     assert receiver.types("ana") == expected_ana
