@@ -8,8 +8,8 @@ new messages. It answers `{"facts": [...]}` under `response_format: json_object`
 ids "0".."n-1" in the order found; one user message built by Mem0's own `get_update_memory_messages`
 (the memories and facts as Python lists). The call is made even when the scope holds no related
 memory, as Mem0 makes it. It answers `{"memory": [{"id", "text", "event": "ADD|UPDATE|DELETE|NONE",
-"old_memory"?}]}`; an item without `text` is skipped, as Mem0 skips it. What differs from Mem0 is
-listed in docs/writers.md.
+"old_memory"?}]}`; an item without `text` is skipped, as Mem0 skips it, and recorded as the `no_text`
+guard unless it asked for no change (NONE). What differs from Mem0 is listed in docs/writers.md.
 """
 
 from __future__ import annotations
@@ -159,13 +159,26 @@ class Mem0Profile:
         return to_ops(events)
 
 
+def no_text_guard(index: int, event: str) -> dict[str, Any]:
+    return {
+        "guard": "no_text",
+        "op_index": index,
+        "op": storable_text(event[:20]),
+        "detail": "no text: skipped, as Mem0 skips it",
+    }
+
+
 def to_ops(events: list[dict[str, Any]]) -> ProfileResult:
     result = ProfileResult([])
     for index, item in enumerate(events):
         text = item.get("text") if isinstance(item.get("text"), str) else None
-        if not text:
-            continue  # Mem0 skips an item without text, whatever its event
         event = str(item.get("event", "")).upper()
+        if not text:
+            # Mem0 skips an item without text, whatever its event, and so does the profile; a change
+            # asked for and not made is said on the changeset (a NONE asked for none).
+            if event != "NONE":
+                result.guards.append(no_text_guard(index, event))
+            continue
         if event == "ADD":
             result.ops.append(Op(OpKind.ADD, text))
         elif event in ("UPDATE", "DELETE"):

@@ -5,7 +5,8 @@ The system message is Mem0's additive extraction prompt; the user message is bui
 cut at 300 characters), the ten memories most similar to the new messages (`[{"id": "0", "text"}]`),
 the new messages as `role: content` lines, the observation date and the current date. It answers,
 under `response_format: json_object`, `{"memory": [{"id", "text", "attributed_to", "linked_memory_ids"?}]}`;
-every item with `text` is added (`attributed_to: assistant` as the agent's), and a repeat of a memory
+every item with `text` is added (`attributed_to: assistant` as the agent's; one without is skipped, as
+Mem0 skips it, and recorded as the `no_text` guard), and a repeat of a memory
 is caught by the near-duplicate guard as Mem0 catches it by hash. What differs from Mem0 is listed in
 docs/writers.md.
 """
@@ -25,7 +26,7 @@ from app.writers.profiles.base import (
     clean_owner,
     expect_list,
 )
-from app.writers.profiles.mem0 import parse_messages
+from app.writers.profiles.mem0 import no_text_guard, parse_messages
 
 REFERENCE = references.MEM0_ADDITIVE
 PROMPTS_FILE = "mem0/configs/prompts.py"
@@ -57,8 +58,22 @@ MEMORY_SCHEMA: dict[str, Any] = {
 }
 
 
-def parse_memories(value: Any) -> list[dict[str, Any]]:
-    return [m for m in expect_list(value, "memory") if isinstance(m, dict) and m.get("text")]
+def parse_memories(value: Any) -> list[Any]:
+    return expect_list(value, "memory")
+
+
+def to_ops(items: list[Any]) -> ProfileResult:
+    """An ADD per item with `text`; one without is skipped, as Mem0 skips it, and recorded as a guard."""
+    result = ProfileResult([])
+    for index, item in enumerate(items):
+        if isinstance(item, dict) and item.get("text"):
+            text = str(item["text"]).strip()
+            result.ops.append(Op(OpKind.ADD, text, owner=clean_owner(item.get("attributed_to"))))
+        else:
+            result.guards.append(no_text_guard(index, "ADD"))
+    if not result.ops:
+        result.ops.append(Op(OpKind.NOOP, reason="nothing new"))
+    return result
 
 
 class Mem0AdditiveProfile:
@@ -98,7 +113,4 @@ class Mem0AdditiveProfile:
             form="json_object",
             schema=MEMORY_SCHEMA,
         )
-        ops = [
-            Op(OpKind.ADD, str(m["text"]).strip(), owner=clean_owner(m.get("attributed_to"))) for m in items
-        ]
-        return ProfileResult(ops or [Op(OpKind.NOOP, reason="nothing new")])
+        return to_ops(items)

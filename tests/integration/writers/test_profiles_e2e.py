@@ -181,6 +181,47 @@ async def test_mem0_events_apply_and_invented_ids_are_ignored(
     assert sorted(op["op"] for op in changeset.ops) == ["ADD", "DELETE"]
 
 
+async def test_mem0_events_without_text_are_skipped_as_mem0_skips_them_and_recorded_as_guards(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    llm_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    fake_llm: FakeLLM,
+) -> None:
+    """Mem0 skips an event whose `text` is missing or empty, whatever it asks; so does the profile, but
+    a change the model asked for and was not made is on the changeset and /explain, not lost."""
+    fake_llm.enqueue(
+        Reply.json({"facts": ["Likes tea", "Moved to Oslo"]}),
+        Reply.json(
+            {
+                "memory": [
+                    {"id": "0", "text": "Likes tea", "event": "ADD"},
+                    {"id": "1", "text": "", "event": "ADD"},
+                    {"id": "2", "event": "UPDATE"},
+                    {"id": "3", "text": "", "event": "NONE"},  # no change asked: nothing is lost
+                ]
+            }
+        ),
+    )
+    chunk = await post(api, ingest_headers, "dee", "I like tea. I moved to Oslo.", 1, writer="mem0")
+    async with running_worker(llm_settings):
+        assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 1) == {"applied": 1}
+    assert await memories(sessionmaker, tenant.tenant_id, "dee") == {"Likes tea": "active"}
+
+    changeset = await changeset_of(sessionmaker, chunk)
+    assert [op["op"] for op in changeset.ops] == ["ADD"]
+    assert [(g["guard"], g["op_index"], g["op"]) for g in changeset.guards] == [
+        ("no_text", 1, "ADD"),
+        ("no_text", 2, "UPDATE"),
+    ]
+    listed = await api.get("/v1/memories", params={"user_id": "dee"}, headers=tenant.admin)
+    [tea] = listed.json()["items"]
+    explained = await api.get(f"/v1/memories/{tea['id']}/explain", headers=tenant.admin)
+    [added] = explained.json()["versions"]
+    assert [g["guard"] for g in added["changeset"]["guards"]] == ["no_text", "no_text"]
+
+
 async def test_simple_profile_adds_and_near_duplicates_become_noops(
     api: Client,
     ingest_headers: dict[str, str],

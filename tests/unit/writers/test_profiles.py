@@ -10,7 +10,7 @@ import pytest
 
 from app.config import Settings
 from app.writers.base import Message, OpKind
-from app.writers.profiles import PROFILES, get_profile, hy_memory, mem0, memos
+from app.writers.profiles import PROFILES, get_profile, hy_memory, mem0, mem0_v3, memos
 from app.writers.profiles.base import ParseError, PromptSet, parse_json, salvage_json
 from app.writers.registry import WriterRegistry
 from app.writers.transport import RESPONSE_FORMATS
@@ -164,6 +164,7 @@ def test_mem0_events_map_to_ops_as_mem0_reads_them() -> None:
             {"id": "new", "text": "d", "event": "ADD"},
             {"id": "x9", "text": "e", "event": "DELETE"},
             {"id": "3", "text": "", "event": "DELETE"},  # Mem0 skips an item without text
+            {"id": "4", "event": "NONE"},  # ... and one asking for no change loses nothing
         ]
     )
     assert [(op.kind, op.targets, op.content) for op in result.ops] == [
@@ -171,7 +172,10 @@ def test_mem0_events_map_to_ops_as_mem0_reads_them() -> None:
         (OpKind.DELETE, (2,), None),
         (OpKind.ADD, (), "d"),
     ]
-    assert [g["guard"] for g in result.guards] == ["unknown_id"]
+    assert [(g["guard"], g["op_index"], g["op"]) for g in result.guards] == [
+        ("unknown_id", 4, "DELETE"),
+        ("no_text", 5, "DELETE"),
+    ]
     assert mem0.parse_facts({"facts": ["a", {"fact": "b"}, {"text": "c"}, {"other": 1}, " "]}) == [
         "a",
         "b",
@@ -179,6 +183,19 @@ def test_mem0_events_map_to_ops_as_mem0_reads_them() -> None:
     ]
     with pytest.raises(ParseError):
         mem0.parse_events({"memory": ["not an object"]})
+
+
+def test_mem0_additive_items_without_text_are_skipped_and_recorded() -> None:
+    result = mem0_v3.to_ops(
+        [{"id": "0", "text": "a", "attributed_to": "assistant"}, {"id": "1", "text": ""}, {"id": "2"}, "b"]
+    )
+    assert [(op.kind, op.content, op.owner) for op in result.ops] == [(OpKind.ADD, "a", "agent")]
+    assert [(g["guard"], g["op_index"]) for g in result.guards] == [
+        ("no_text", 1),
+        ("no_text", 2),
+        ("no_text", 3),
+    ]
+    assert [op.kind for op in mem0_v3.to_ops([{"text": ""}]).ops] == [OpKind.NOOP]
 
 
 def test_memos_memory_list_maps_to_adds_as_memos_reads_it() -> None:
