@@ -3,7 +3,6 @@ real API on a real socket, with a real worker writing the memories."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
@@ -18,6 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from app.config import Settings
 from tests.conftest import TenantKeys, bearer
 from tests.support.live import live_api
+from tests.support.waiting import wait_for
 from tests.support.workers import running_worker
 
 TOOLS = {
@@ -33,7 +33,11 @@ TOOLS = {
 
 @pytest.fixture
 async def base_url(settings: Settings) -> AsyncIterator[str]:
-    async with live_api(settings) as url, running_worker(settings):
+    async with live_api(settings) as url, running_worker(settings) as worker:
+        # Started before the test runs: a test over before the worker's start-up (which loads the
+        # language model) would stop it half-started, and its shut-down would then skip the clients its
+        # start-up had opened, left to this session's event loop.
+        await wait_for(lambda: "pipeline" in worker.ctx, timeout_s=60, what="the worker started")
         yield url
 
 
@@ -74,13 +78,18 @@ async def refused(client: Client, tool: str, **arguments: Any) -> dict[str, Any]
 
 async def wait_applied(base_url: str, tenant: TenantKeys, chunk_ids: list[str]) -> None:
     async with httpx.AsyncClient(base_url=base_url, headers=tenant.admin) as http:
-        for _ in range(600):
-            states = [(await http.get(f"/v1/chunks/{c}")).json()["status"] for c in chunk_ids]
-            if all(s == "applied" for s in states):
-                return
-            assert "failed" not in states
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"chunks not applied: {states}")
+
+        async def states() -> list[str]:
+            found = [(await http.get(f"/v1/chunks/{c}")).json()["status"] for c in chunk_ids]
+            assert "failed" not in found
+            return found
+
+        await wait_for(
+            states,
+            lambda found: all(s == "applied" for s in found),
+            timeout_s=30,
+            what=f"chunks {chunk_ids} applied",
+        )
 
 
 def said(text: str) -> list[dict[str, str]]:
