@@ -158,4 +158,4 @@ async def test_the_cache_keeps_the_most_recently_used_texts() -> None:
 def test_every_configured_embedder_is_coalesced_and_keeps_its_name() -> None:
     embedder = embedder_from_settings(Settings(embedder="hashing", embedder_cache_size=7))
     assert isinstance(embedder.inner, HashingEmbedder)
-    assert (embedder.name, embedder.dim, embedder.cache_size) == ("hashing-v1-384", 384, 7)
+    assert (embedder.name, embedder.dim, embedder.cache_size) == ("hashing-v2-384", 384, 7)

@@ -35,9 +35,9 @@ BANK = [
 async def add(
     sessionmaker: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID, contents: list[str]
 ) -> list[uuid.UUID]:
-    """Memories of user `u`, with no near-duplicate check: the hashing embedder these tests use reads
-    no Chinese or Japanese word, so to it such texts are all alike."""
-    return await add_memories(sessionmaker, tenant_id, "u", contents, duplicate_threshold=2.0)
+    """Memories of user `u`, through the near-duplicate check: the hashing embedder these tests use
+    reads Chinese and Japanese by their characters, so unrelated texts in them are not repeats."""
+    return await add_memories(sessionmaker, tenant_id, "u", contents)
 
 
 async def languages(

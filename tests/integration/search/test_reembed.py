@@ -201,7 +201,7 @@ async def test_the_command_moves_a_hashing_bank_to_the_default_embedder(
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "3 memories embedded by onnx:all-MiniLM-L6-v2-int8:384 (was hashing-v1-384)" in result.stdout
+    assert "3 memories embedded by onnx:all-MiniLM-L6-v2-int8:384 (was hashing-v2-384)" in result.stdout
 
     searcher = Searcher(settings, semantic_embedder())
     async with sessionmaker() as session:
