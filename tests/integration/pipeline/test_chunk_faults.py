@@ -26,8 +26,9 @@ from tests.conftest import TenantKeys, bearer
 from tests.integration.pipeline.test_core_loop import pipeline_deps
 from tests.support.fake_llm import FakeLLM, Reply
 from tests.support.scenario import post_users
-from tests.support.workers import running_worker, wait_for_chunks, wait_until
-from tests.support.writers import PLUGINS
+from tests.support.waiting import wait_for
+from tests.support.workers import running_worker, wait_for_chunks
+from tests.support.writers import PLUGINS, SlowWriter
 
 Client = AsyncTestClient[Litestar]
 
@@ -82,15 +83,22 @@ async def test_embedder_stopped_mid_run_costs_no_chunk(
             later = await post_users(api, ingest_headers, users, facts=["I like tea.", "I moved to Rome."])
             waiting = later[0]["chunk_id"]
 
-            async def error_shown() -> bool:
-                answer = (await api.get(f"/v1/chunks/{waiting}", headers=ingest_headers)).json()
+            async def chunk() -> dict[str, Any]:
+                answer: dict[str, Any] = (
+                    await api.get(f"/v1/chunks/{waiting}", headers=ingest_headers)
+                ).json()
+                return answer
+
+            def queued_with_the_error(answer: dict[str, Any]) -> bool:
+                # Between two tries; during one (every half second at most) the chunk is `processing`.
                 return answer["status"] == "queued" and "embedding" in (answer["error"] or "")
 
-            await wait_until(error_shown, 30, "the embedder's error on the waiting chunk")
-            # Down long enough for many more retries than the chunks have attempts.
+            what = "the waiting chunk queued, with the embedder's error on it"
+            await wait_for(chunk, queued_with_the_error, timeout_s=30, what=what)
+            # Time itself must pass: down long enough for many more retries than the chunks have
+            # attempts (they back off 0.5 s at most), which nothing else shows.
             await asyncio.sleep(6)
-            answer = (await api.get(f"/v1/chunks/{waiting}", headers=ingest_headers)).json()
-            assert answer["status"] == "queued"
+            answer = await wait_for(chunk, queued_with_the_error, timeout_s=30, what=what)
             assert answer["attempts"] == 0  # an outage uses up no attempt
             async with FakeLLM(port=port):  # back where it was
                 counts = await wait_for_chunks(
@@ -237,10 +245,13 @@ async def test_a_cancelled_claim_gives_its_attempt_back(
     async with pipeline_deps(pipeline_settings, engine) as deps:
         job = asyncio.create_task(process_scope(deps, tenant.tenant_id, "stopped"))
 
-        async def claimed() -> bool:
-            return (await chunk_row(sessionmaker, accepted["chunk_id"])).status == "processing"
-
-        await wait_until(claimed, 10, "the claim")
+        # Claimed, and past the claim's own statements: in the writer's call, as a stopping worker is.
+        await wait_for(
+            lambda: chunk_row(sessionmaker, accepted["chunk_id"]),
+            lambda chunk: chunk.status == "processing" and SlowWriter.in_flight > 0,
+            timeout_s=10,
+            what="the chunk claimed and its writer called",
+        )
         job.cancel()
         await asyncio.gather(job, return_exceptions=True)
     chunk = await chunk_row(sessionmaker, accepted["chunk_id"])
