@@ -18,6 +18,7 @@ from app.config import Settings
 from app.db.models import Changeset, Chunk
 from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer, make_tenant
+from tests.support.waiting import wait_for
 from tests.support.workers import running_worker, wait_for_chunks
 
 Client = AsyncTestClient[Litestar]
@@ -166,10 +167,10 @@ async def test_a_tenant_whose_queue_drained_is_admitted_again_once_recounted(
         async with running_worker(capped):
             assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 3) == {"applied": 3}
         retry_after = int(answers[-1].headers["retry-after"])
-        deadline = asyncio.get_running_loop().time() + retry_after
-        while True:
-            again = await _post(client, tenant.admin, "user-3", "fact")
-            if again.status_code == 202 or asyncio.get_running_loop().time() > deadline:
-                break
-            await asyncio.sleep(0.2)
-        assert again.status_code == 202, again.text
+        await wait_for(
+            lambda: _post(client, tenant.admin, "user-3", "fact"),
+            lambda again: again.status_code == 202,
+            timeout_s=retry_after,
+            what=f"the tenant admitted again within its Retry-After ({retry_after} s)",
+            interval_s=0.2,
+        )

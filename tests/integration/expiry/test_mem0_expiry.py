@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from mem0 import MemoryClient
 from app.config import Settings
 from tests.conftest import TenantKeys, bearer
 from tests.support.live import live_api
+from tests.support.waiting import wait_for_sync
 from tests.support.workers import running_worker
 
 
@@ -30,12 +30,12 @@ async def base_url(settings: Settings) -> AsyncIterator[str]:
 
 def _added(client: MemoryClient, text: str, **options: Any) -> str:
     event_id = client.add(text, user_id="ana", **options)["event_id"]
-    deadline = time.monotonic() + 60
-    while True:
-        event = client.client.get(f"/v1/event/{event_id}/").raise_for_status().json()
-        if event["status"] in ("SUCCEEDED", "FAILED") or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    event = wait_for_sync(
+        lambda: client.client.get(f"/v1/event/{event_id}/").raise_for_status().json(),
+        lambda event: event["status"] in ("SUCCEEDED", "FAILED"),
+        timeout_s=60,
+        what=f"event {event_id} finished",
+    )
     assert event["status"] == "SUCCEEDED", event
     [result] = event["results"]
     return str(result["id"])

@@ -20,6 +20,7 @@ from app.writers.base import Op, OpKind
 from tests.conftest import TenantKeys
 from tests.integration.audit.test_audit_log import _events, _verify
 from tests.support.history import memory, write
+from tests.support.waiting import wait_for
 
 Client = AsyncTestClient[Litestar]
 
@@ -107,18 +108,18 @@ async def test_purge_removes_the_users_content_everywhere(
 async def _wait_for_a_lock_wait(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     """Until another connection of this database waits for a lock (the purge, behind the ingestion)."""
     async with sessionmaker() as session:
-        for _ in range(400):
-            waiting = await session.scalar(
+
+        async def waiting() -> int:
+            count = await session.scalar(
                 text(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                     "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'"
                 )
             )
             await session.rollback()
-            if waiting:
-                return
-            await asyncio.sleep(0.025)
-    pytest.fail("the purge never waited for the ingestion's lock")
+            return int(count or 0)
+
+        await wait_for(waiting, timeout_s=10, what="the purge waiting for the ingestion's lock")
 
 
 async def test_a_purge_beside_an_ingestion_leaves_no_chunk_and_numbering_goes_on(

@@ -19,6 +19,7 @@ from app.domain.ingest.services import Accepted, body_hash
 from app.lib.errors import ApiError, ConflictError
 from app.lib.queue import JobQueue, create_redis
 from tests.conftest import TenantKeys
+from tests.support.waiting import wait_for
 
 
 def a_chunk(user_id: str, content: str = "I live in Lyon.") -> ChunkIn:
@@ -98,12 +99,7 @@ async def test_a_request_that_loses_an_idempotency_race_writes_none_of_its_chunk
             )
         return bool(waiting)
 
-    for _ in range(400):
-        if await insert_is_waiting():
-            break
-        await asyncio.sleep(0.025)
-    else:
-        raise AssertionError("the batch never waited on the other process's key")
+    await wait_for(insert_is_waiting, timeout_s=10, what="the batch waiting on the other process's key")
     await transaction.commit()
     await other.close()
 

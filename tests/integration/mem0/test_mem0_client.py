@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -22,6 +21,7 @@ from mem0 import AsyncMemoryClient, MemoryClient
 from app.config import Settings
 from tests.conftest import TenantKeys, bearer
 from tests.support.live import live_api
+from tests.support.waiting import wait_for, wait_for_sync
 from tests.support.workers import running_worker
 
 
@@ -32,12 +32,13 @@ async def base_url(settings: Settings) -> AsyncIterator[str]:
 
 
 def wait_event(client: MemoryClient, event_id: str, timeout_s: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        event = client.client.get(f"/v1/event/{event_id}/").raise_for_status().json()
-        if event["status"] in ("SUCCEEDED", "FAILED") or time.monotonic() > deadline:
-            return dict(event)
-        time.sleep(0.1)
+    event: dict[str, Any] = wait_for_sync(
+        lambda: client.client.get(f"/v1/event/{event_id}/").raise_for_status().json(),
+        lambda event: event["status"] in ("SUCCEEDED", "FAILED"),
+        timeout_s=timeout_s,
+        what=f"event {event_id} finished",
+    )
+    return dict(event)
 
 
 def native(url: str, key: str, method: str, path: str, **kwargs: Any) -> Any:
@@ -226,11 +227,17 @@ async def test_the_async_mem0_client_runs_the_same_flow(base_url: str, tenant: T
     client = await asyncio.to_thread(AsyncMemoryClient, api_key=key, host=base_url)
     async with client:
         added = await client.add("I live in Lyon.", user_id="cy")
-        for _ in range(600):
-            event = (await client.async_client.get(f"/v1/event/{added['event_id']}/")).json()
-            if event["status"] == "SUCCEEDED":
-                break
-            await asyncio.sleep(0.1)
+
+        async def event_of_the_add() -> dict[str, Any]:
+            found: dict[str, Any] = (await client.async_client.get(f"/v1/event/{added['event_id']}/")).json()
+            return found
+
+        event = await wait_for(
+            event_of_the_add,
+            lambda event: event["status"] in ("SUCCEEDED", "FAILED"),
+            timeout_s=60,
+            what="the add's event finished",
+        )
         assert event["status"] == "SUCCEEDED", event
         memory_id = event["results"][0]["id"]
         listed = await client.get_all(filters={"user_id": "cy"})

@@ -24,6 +24,7 @@ from app.embeddings import embedder_from_settings
 from app.writers.registry import WriterRegistry
 from tests.conftest import TenantKeys
 from tests.support.scenario import bank, changesets_per_chunk, order_violations, post_users
+from tests.support.waiting import wait_for
 from tests.support.workers import running_worker, wait_for_chunks
 from tests.support.writers import SlowWriter
 
@@ -315,13 +316,13 @@ async def test_writer_calls_in_flight_are_not_bounded_by_database_connections(
 
 async def backend_gone(sessionmaker: async_sessionmaker[AsyncSession], pid: int) -> None:
     """Wait until a terminated backend has exited (pg_terminate_backend only signals it)."""
-    for _ in range(100):
+
+    async def running() -> int:
         async with sessionmaker() as session:
             query = text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
-            if not await session.scalar(query, {"pid": pid}):
-                return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"backend {pid} still running")
+            return int(await session.scalar(query, {"pid": pid}) or 0)
+
+    await wait_for(running, lambda n: n == 0, timeout_s=10, what=f"backend {pid} gone")
 
 
 async def test_a_scope_lock_lost_unnoticed_stops_the_claims(

@@ -111,7 +111,7 @@ async def test_redis_flushed_and_restarted_mid_run(
             redis.stop()
             # Ingestion goes on while Redis is down; the chunks wait in Postgres.
             await post_users(api, headers, USERS[3:], writer="slow")
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # time itself must pass: an outage that lasts, not a blink
             redis.start()
             await wait_for_chunks(sessionmaker, tenant.tenant_id, TOTAL, timeout_s=120)
     finally:
@@ -153,7 +153,7 @@ async def test_postgres_restarted_mid_run(
         assert down.status_code == 503, down.text
         assert down.json()["error"]["code"] == "unavailable"
         assert down.headers["retry-after"]
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # time itself must pass: an outage that lasts, not a blink
         await asyncio.to_thread(postgres.start)
         await post_users(api, headers, USERS[3:], writer="slow")
         await wait_for_chunks(sessionmaker, tenant.tenant_id, TOTAL, timeout_s=120)

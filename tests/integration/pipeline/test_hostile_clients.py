@@ -76,7 +76,7 @@ async def test_hostile_clients_among_64_hurt_no_one_else(
             response = await api.post("/v1/chunks", json=body, headers=headers)
             statuses.append(("good", response.status_code, 202))
             accepted.append(response.json())
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # no wait: a turn for the other clients, so the requests interleave
         return accepted
 
     async def hostile(client: int) -> None:
@@ -88,7 +88,7 @@ async def test_hostile_clients_among_64_hurt_no_one_else(
                 else:
                     response = await api.post("/v1/chunks", json=body, headers=ingest_headers)
                 statuses.append(("hostile", response.status_code, expected))
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # no wait: a turn for the other clients
 
     results = await asyncio.gather(*(good(i) for i in range(GOOD_CLIENTS)), *(hostile(i) for i in range(8)))
 

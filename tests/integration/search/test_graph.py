@@ -31,6 +31,7 @@ from tests.integration.search.test_search import (
     search,
     sentence,
 )
+from tests.support.waiting import wait_for
 from tests.support.workers import running_worker
 
 
@@ -118,7 +119,7 @@ async def test_no_write_puts_a_memory_in_the_graph(
     assert await index_graph(engine, batch=10, budget_s=60, everything=True) == 2
     assert await graph_marks(sessionmaker, ids) == [True, True]
     before_update = datetime.now(UTC)
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # time itself must pass: the update's timestamp strictly after this one
 
     await change(
         sessionmaker, tenant.tenant_id, ids[0], Op(OpKind.UPDATE, "The user likes green tea.", targets=(0,))
@@ -227,17 +228,24 @@ async def test_a_running_worker_adds_new_memories_to_the_graph(
     await add(sessionmaker, tenant.tenant_id, "u", [f"The user ran {n} km." for n in range(30)])
     async with running_worker(
         settings.model_copy(update={"graph_index_budget_s": 0, "graph_index_all": True})
-    ):
+    ) as worker:
+        await wait_for(lambda: "pipeline" in worker.ctx, timeout_s=60, what="the worker started")
+        # Time itself must pass: that nothing is indexed shows only after the indexer's passes would
+        # have run (the first at start, the next a second or two later).
         await asyncio.sleep(2.5)
     assert await in_graph(sessionmaker) == (0, 30)
-    async with running_worker(settings):
-        await asyncio.sleep(2.5)
+    async with running_worker(settings) as worker:
+        await wait_for(lambda: "pipeline" in worker.ctx, timeout_s=60, what="the worker started")
+        await asyncio.sleep(2.5)  # time itself must pass, as above
         assert await in_graph(sessionmaker) == (0, 30)  # nobody searched through the graph
     async with running_worker(settings.model_copy(update={"graph_index_all": True})):
-        deadline = time.monotonic() + 15
-        while await in_graph(sessionmaker) != (30, 0):
-            assert time.monotonic() < deadline, await in_graph(sessionmaker)
-            await asyncio.sleep(0.1)
+        await wait_for(
+            lambda: in_graph(sessionmaker),
+            lambda counts: counts == (30, 0),
+            timeout_s=15,
+            what="every memory in the graph (in, out)",
+            interval_s=0.1,
+        )
 
 
 async def test_the_service_role_marks_rows_only_through_the_indexer(

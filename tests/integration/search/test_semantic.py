@@ -146,7 +146,7 @@ async def test_embedding_runs_off_the_event_loop() -> None:
         nonlocal ticks
         while not stop.is_set():
             ticks += 1
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.005)  # the tick itself: counts the loop's turns while the model runs
 
     task = asyncio.create_task(ticker())
     await embedder.embed([f"A long paragraph about topic {i}. " * 20 for i in range(64)])

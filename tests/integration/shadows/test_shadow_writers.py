@@ -3,8 +3,6 @@ tenant's reads, never holds up or changes the primary bank, and is compared with
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from typing import Any
 
@@ -18,6 +16,7 @@ from app.db.models import AuditEvent, Chunk, Memory, MemoryVersion, Tenant
 from tests.conftest import TenantKeys, make_tenant
 from tests.integration.shadows.conftest import FACTS
 from tests.support.fake_llm import FakeLLM, Reply
+from tests.support.waiting import wait_for
 from tests.support.workers import chunk_counts, running_worker, wait_for_chunks, wait_until
 
 Client = AsyncTestClient[Litestar]
@@ -181,10 +180,9 @@ async def test_failing_and_slow_shadows_neither_delay_nor_change_the_primary(
         slow = await bank_id(sessionmaker, tenant.tenant_id, "slow")
         assert (await chunk_counts(sessionmaker, slow)).get("applied", 0) == 0
         # ... and the slow shadow is at work (on a loaded machine its first call may start just after).
-        deadline = time.monotonic() + 10
-        while slow_llm.in_flight < 1 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert slow_llm.in_flight >= 1
+        await wait_for(
+            lambda: slow_llm.in_flight, lambda n: n >= 1, timeout_s=10, what="the slow shadow's first call"
+        )
         assert (await chunk_counts(sessionmaker, slow)).get("applied", 0) == 0
         # A bank's scopes take at most half of the worker's shadow slots.
         assert slow_llm.max_in_flight <= shadow_settings.shadow_max_jobs // 2

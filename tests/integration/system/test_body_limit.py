@@ -17,6 +17,7 @@ from litestar import Litestar
 from app.config import Settings
 from app.server.asgi import create_app
 from tests.conftest import TenantKeys
+from tests.support.waiting import wait_for
 
 FIVE_MB = 5 * 1024 * 1024
 
@@ -28,8 +29,7 @@ async def base_url(settings: Settings) -> AsyncIterator[str]:
     )
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
+    await wait_for(lambda: server.started, timeout_s=60, what="the API listening")
     port = server.servers[0].sockets[0].getsockname()[1]
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True

@@ -5,7 +5,6 @@ commit, the worker's processing, the writer's GenAI call with its tokens, and th
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import secrets
@@ -26,6 +25,7 @@ from tests.conftest import TenantKeys, writers_toml
 from tests.support.fake_llm import FakeLLM
 from tests.support.live import free_port
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
+from tests.support.waiting import wait_for
 from tests.support.workers import settings_env, start_worker_process, stop_worker_process, wait_until
 
 
@@ -158,10 +158,10 @@ async def test_a_chunk_is_one_trace_across_the_api_and_the_worker(
                 "update_memory",
             }
             spans = await otlp.wait_for(trace_id, names)
-            await wait_until(
-                lambda: asyncio.sleep(0.05, result=any(trace_id in s.links for s in otlp.spans)),
-                30,
-                "the shadow writer's linked trace",
+            await wait_for(
+                lambda: any(trace_id in s.links for s in otlp.spans),
+                timeout_s=30,
+                what="the shadow writer's linked trace",
             )
     finally:
         stop_worker_process(worker)
