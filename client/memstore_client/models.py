@@ -115,6 +115,7 @@ class Version(msgspec.Struct):
     expires_at: datetime | None = None
     valid_from: datetime | None = None
     valid_to: datetime | None = None
+    language: str | None = None  # the text's, detected when it was written (ISO 639-1)
 
 
 class History(msgspec.Struct):

@@ -69,6 +69,7 @@ class VersionOut(Out):
     expires_at: datetime | None = None
     valid_from: datetime | None = None
     valid_to: datetime | None = None
+    language: str | None = None  # the text's, as detected when it was written (null: before detection)
 
 
 class HistoryOut(msgspec.Struct):

@@ -60,15 +60,23 @@ _INSERT_VERSIONS = insert(VERSIONS).values(lexemes=_lexemes())
 
 
 @lru_cache(maxsize=4096)
-def _analysis(content: str) -> dict[str, str]:
-    found = analyze(content)
+def _analysis(content: str, language: str | None = None) -> dict[str, str]:
+    found = analyze(content, language)
     return {"language": found.language, "lex_config": found.config, "lex_text": found.text}
 
 
 def _lexical(rows: Sequence[dict[str, Any]], prefix: str = "") -> list[dict[str, Any]]:
     """`rows` with their text's language and the parameters of its lexemes (a text met again, such as
-    a new head and its first version, is analysed once)."""
-    return [row | {f"{prefix}{k}": v for k, v in _analysis(row[f"{prefix}content"]).items()} for row in rows]
+    a new head and its first version, is analysed once). A row that names its language (an imported
+    one, as its source wrote it) keeps it; the others' is detected."""
+    return [
+        row
+        | {
+            f"{prefix}{k}": v
+            for k, v in _analysis(row[f"{prefix}content"], row.get(f"{prefix}language")).items()
+        }
+        for row in rows
+    ]
 
 
 # A head moved to its next version: an UPDATE keeps the old vector (and the memory's date) unless it

@@ -22,6 +22,8 @@ Text = Annotated[str, msgspec.Meta(max_length=20_000)]
 Tag = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
 Tags = Annotated[list[Tag], msgspec.Meta(max_length=50)]
 JsonList = Annotated[list[dict[str, Any]], msgspec.Meta(max_length=500)]
+# A text's language as the source detected it (ISO 639-1, or a longer code a later detector may give).
+Language = Annotated[str, msgspec.Meta(pattern=r"^[a-z]{2,3}$")]
 
 ChunkStatus = Literal[CHUNK_STATUSES]  # type: ignore[valid-type]
 MemoryStatus = Literal[MEMORY_STATUSES]  # type: ignore[valid-type]
@@ -87,6 +89,7 @@ class VersionRecord(msgspec.Struct):
     expires_at: Moment | None = None
     valid_from: Moment | None = None
     valid_to: Moment | None = None
+    language: Language | None = None  # None (an older export): detected here
 
 
 class MemoryRecord(msgspec.Struct):
@@ -105,6 +108,7 @@ class MemoryRecord(msgspec.Struct):
     expires_at: Moment | None = None
     valid_from: Moment | None = None
     valid_to: Moment | None = None
+    language: Language | None = None  # None (an older export): detected here
 
 
 class ImportIn(msgspec.Struct, forbid_unknown_fields=True):

@@ -7,7 +7,9 @@ always lands on the same rows, so loading a batch twice writes nothing the secon
 can never collide with, or reveal, another tenant's rows. References between the records (a version's
 changeset and chunk, a SUPERSEDE's links, the ids inside a changeset's ops and target) are mapped the
 same way. Vectors are not exported: each text is embedded here, with this instance's embedder, before
-any row is written. Nothing of it goes through a writer: it is history, not new input.
+any row is written; its language is the source's (what a detector makes of a short text can differ
+between versions), detected here only where an older export does not say it. Nothing of it goes
+through a writer: it is history, not new input.
 
 Refused with nothing written: a record that is not what an export holds (422), and chunks whose
 numbers the user's own chunks already hold here (409 `import_conflict`).
@@ -213,6 +215,7 @@ def _memory_rows(
                 "expires_at": memory.expires_at,
                 "valid_from": memory.valid_from,
                 "valid_to": memory.valid_to,
+                "language": memory.language,
                 "status": memory.status,
                 "version": memory.version,
                 "embedding": vectors[memory.content],
@@ -238,6 +241,7 @@ def _memory_rows(
                     "expires_at": v.expires_at,
                     "valid_from": v.valid_from,
                     "valid_to": v.valid_to,
+                    "language": v.language,
                     "embedding": vectors[v.content] if v.content != previous else None,
                     "supersedes": [importer.id(m) for m in v.supersedes] if v.supersedes else None,
                     "superseded_by": importer.id(v.superseded_by),

@@ -156,6 +156,10 @@ async def test_an_export_loaded_into_a_fresh_instance_reproduces_the_bank_and_it
     assert kinds.count("chunk") == OWN_SESSIONS
     assert sum(len(r["versions"]) for r in records if r["type"] == "memory") == source["versions"]
     assert kinds.count("changeset") == source["changesets"]
+    # Each text's language goes with it: the memory's and every version's.
+    exported_memories = [r for r in records if r["type"] == "memory"]
+    assert {r["language"] for r in exported_memories} == {"en"}
+    assert {v.get("language") for r in exported_memories for v in r["versions"]} == {"en"}
     first_chunk = next(r for r in records if r["type"] == "chunk")
     assert first_chunk["seq"] == 1
     assert first_chunk["messages"][0]["name"] == "Ana"
@@ -179,6 +183,8 @@ async def test_an_export_loaded_into_a_fresh_instance_reproduces_the_bank_and_it
                 with Client(url, fresh_tenant.admin_key) as copy:
                     memory = next(m for m in copy.iter_memories("conv-own") if m.content == rolled_back)
                     explained = copy.explain(memory.id)
+                    assert memory.language == "en"
+                    assert {v.version.language for v in explained.versions} == {"en"}
                     ops = [v.version.op for v in explained.versions]
                     source_chunk = explained.versions[0].source
                     assert source_chunk is not None

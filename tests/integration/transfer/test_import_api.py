@@ -210,3 +210,47 @@ async def test_bad_records_and_taken_numbers_change_nothing(
         await client.post("/v1/admin/users/cy/import", json=exported(), headers=read_key)
     ).status_code == 403
     assert await rows(sessionmaker) == before
+
+
+async def test_each_text_keeps_the_language_it_was_written_in(
+    client: Client, tenant: TenantKeys, other_tenant: TenantKeys
+) -> None:
+    """A text's language is the source's, not what this instance's detector makes of it: "Sushi, ramen,
+    udon." was written as English there, and is read here as Danish when it is detected again."""
+    record = exported()
+    head = record["memories"][0]
+    head["content"] = "Sushi, ramen, udon."
+    head["language"] = "en"
+    first, second = head["versions"]
+    first |= {"content": "Sushi und Ramen.", "language": "de"}
+    second |= {"content": "Sushi, ramen, udon.", "language": "en"}
+    loaded = await client.post("/v1/admin/users/dan/import", json=record, headers=tenant.admin)
+    assert loaded.status_code == 200, loaded.text
+
+    [memory] = (await client.get("/v1/memories", params={"user_id": "dan"}, headers=tenant.admin)).json()[
+        "items"
+    ]
+    assert memory["language"] == "en"
+    history = (await client.get(f"/v1/memories/{memory['id']}/history", headers=tenant.admin)).json()
+    assert [v["language"] for v in history["versions"]] == ["de", "en"]
+    # Search reads it in its language: "ramen" is found as the English word it was written as.
+    found = await client.post(
+        "/v1/memories/search", json={"user_id": "dan", "query": "ramen"}, headers=tenant.admin
+    )
+    assert [r["memory"]["id"] for r in found.json()["results"]] == [memory["id"]]
+
+    # An export from before languages were exported: each text's language is detected here.
+    older = exported()
+    for item in (older["memories"][0], *older["memories"][0]["versions"]):
+        item.pop("language", None)
+    loaded = await client.post("/v1/admin/users/dan/import", json=older, headers=other_tenant.admin)
+    assert loaded.status_code == 200, loaded.text
+    [plain] = (
+        await client.get("/v1/memories", params={"user_id": "dan"}, headers=other_tenant.admin)
+    ).json()["items"]
+    assert plain["language"] == "en"
+
+    bad = copy.deepcopy(record)
+    bad["memories"][0]["language"] = "English; DROP"
+    refused = await client.post("/v1/admin/users/fay/import", json=bad, headers=tenant.admin)
+    assert refused.status_code == 422
