@@ -36,6 +36,8 @@ import jsonschema_rs
 import uvicorn
 from litestar import Litestar, Request, Response, get, post
 
+from tests.support.waiting import wait_for
+
 
 @dataclass
 class Reply:
@@ -354,6 +356,7 @@ class FakeLLM:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             try:
+                # A model's latency: time itself must pass.
                 await asyncio.sleep(self.latency_s if reply.delay_s is None else reply.delay_s)
             finally:
                 self.in_flight -= 1
@@ -404,7 +407,7 @@ class FakeLLM:
                 await asyncio.to_thread(release.wait)
             reply = self.embedding_script.popleft() if self.embedding_script else Reply()
             default_delay = self.latency_s if self.embedding_latency_s is None else self.embedding_latency_s
-            await asyncio.sleep(default_delay if reply.delay_s is None else reply.delay_s)
+            await asyncio.sleep(default_delay if reply.delay_s is None else reply.delay_s)  # its latency
             if reply.body is not None or reply.status != 200:
                 raw = reply.body if reply.body is not None else b'{"error": {"message": "fake failure"}}'
                 return Response(
@@ -485,10 +488,14 @@ class FakeLLM:
         )
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve())
-        while not self._server.started:
-            if self._task.done():
-                await self._task
-            await asyncio.sleep(0.01)
+        task, server = self._task, self._server
+
+        def started() -> bool:
+            if task.done():
+                task.result()  # it failed to start: its error
+            return bool(server.started)
+
+        await wait_for(started, timeout_s=30, what="the fake model server listening", interval_s=0.01)
         self.port = self._server.servers[0].sockets[0].getsockname()[1]
         return self
 

@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from tests.support.live import free_port
+from tests.support.waiting import wait_for
 
 KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 
@@ -90,11 +91,14 @@ class OtlpReceiver:
 
     async def wait_for(self, trace_id: str, names: set[str], timeout_s: float = 30) -> list[ReceivedSpan]:
         """The trace's spans once it holds a span of each name (or whatever it holds at the timeout)."""
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while asyncio.get_running_loop().time() < deadline:
-            if names <= {span.name for span in self.trace(trace_id)}:
-                break
-            await asyncio.sleep(0.1)
+        with contextlib.suppress(AssertionError):  # the caller asserts on what the trace holds
+            await wait_for(
+                lambda: {span.name for span in self.trace(trace_id)},
+                lambda seen: names <= seen,
+                timeout_s=timeout_s,
+                what=f"spans {sorted(names)} of trace {trace_id}",
+                interval_s=0.1,
+            )
         return self.trace(trace_id)
 
     async def __aenter__(self) -> OtlpReceiver:
@@ -138,7 +142,7 @@ async def _serve() -> None:
     await web.TCPSite(runner, "127.0.0.1", port).start()
     print(f"PORT {port}", flush=True)
     while True:
-        await asyncio.sleep(10)
+        await asyncio.sleep(10)  # a report every 10 s, for as long as it runs: time itself
         print(f"RECEIVED {received}", flush=True)
 
 

@@ -3,13 +3,11 @@ operators run against it: the rules of deploy/prometheus and the dashboard of de
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 import httpx
 
 from tests.support.live import free_port
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "memstore-rules.yml"
@@ -98,16 +97,20 @@ async def running_prometheus(
     url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient(timeout=10) as http:
-            deadline = time.monotonic() + 30
-            while True:
+
+            async def ready() -> int:
                 if proc.poll() is not None:
                     raise AssertionError(f"prometheus exited: {(workdir / 'prometheus.log').read_text()}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(f"{url}/-/ready")).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise AssertionError("prometheus did not get ready in 30 s")
-                await asyncio.sleep(0.1)
+                return (await http.get(f"{url}/-/ready")).status_code
+
+            await wait_for(
+                ready,
+                lambda status: status == 200,
+                timeout_s=30,
+                what="prometheus ready",
+                interval_s=0.1,
+                ignore=(httpx.HTTPError,),
+            )
             yield Prometheus(url, http)
     finally:
         proc.terminate()

@@ -31,7 +31,7 @@ class SlowWriter(OfflineWriter):
         cls.in_flight += 1
         cls.max_in_flight = max(cls.max_in_flight, cls.in_flight)
         try:
-            await asyncio.sleep(self.delay_s)
+            await asyncio.sleep(self.delay_s)  # a model's latency: time itself must pass
             return await super().write(request)
         finally:
             cls.in_flight -= 1
