@@ -20,7 +20,8 @@ from app.config import Settings, get_settings
 from app.db.engine import create_engine, warn_if_bypassing_row_security
 from app.domain.audit.jobs import seal_audit_job
 from app.domain.pipeline.finished import ChunkAnnouncer
-from app.domain.pipeline.jobs import WorkerContext, process_scope_job, sweep_job
+from app.domain.pipeline.jobs import WorkerContext, process_scope_job, run_turn, sweep_job
+from app.domain.pipeline.scheduler import FairScheduler
 from app.domain.pipeline.services import PipelineDeps
 from app.domain.pipeline.wakeups import SCOPE_JOB
 from app.domain.search.graph import keep_indexing
@@ -40,6 +41,7 @@ _STARTED_AT = time.time()  # the process's start, as its heartbeat reports it
 # The jobs a heartbeat reports as running, by the name of their coroutine.
 _JOB_NAMES = {
     process_scope_job.__name__: SCOPE_JOB,
+    run_turn.__name__: SCOPE_JOB,
     seal_audit_job.__name__: "seal_audit",
     sweep_job.__name__: "sweep",
     deliver_webhooks_job.__name__: DELIVER_JOB,
@@ -80,6 +82,10 @@ async def startup(ctx: WorkerContext) -> None:
         feeder=LiveFeeder(ctx["engine"]),
         announcer=ChunkAnnouncer(ctx["redis"]),
     )
+    # A turn's lease lapses (its slot's share back to its tenant) if the worker dies: past the longest a
+    # turn can take, its last writer call and apply included.
+    lease_s = settings.scheduler_turn_s + settings.writer_timeout_s + 30
+    ctx["scheduler"] = FairScheduler(ctx["redis"], worker=ctx["worker_name"], lease_s=lease_s)
     if settings.graph_index_budget_s > 0:  # the vector graph's indexer (`search.graph`), beside the jobs
         ctx["graph_indexer"] = asyncio.create_task(
             keep_indexing(

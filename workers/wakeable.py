@@ -7,6 +7,10 @@ starts new work within milliseconds, and polls no more often when nothing happen
 the fallback, so a lost message (a listener reconnecting, Redis restarting) costs only the old delay.
 Under load the looks are at most one per `MIN_POLL_INTERVAL_S`, however many messages arrive.
 
+Each look also hands the worker's free slots to the fair scheduler (`app.domain.pipeline.scheduler`):
+the scopes it gives are drained a turn each (`run_turn`) as tasks of this worker, counted among its
+jobs, waited for on shutdown as its jobs are; a turn that ends starts the next look at once.
+
 A look costs one read of the queue and one batch of checks, not a transaction per job in it: arq keeps
 a job in the queue while it runs and checks each id it reads (three Redis round trips) before starting
 it. Here the ids this worker runs are never checked; the others are checked together in one round trip
@@ -27,6 +31,7 @@ from arq.constants import in_progress_key_prefix
 from arq.worker import Worker
 from redis.exceptions import RedisError
 
+from app.domain.pipeline.jobs import run_turn
 from app.lib.queue import WAKE_CHANNEL
 
 log = structlog.get_logger(__name__)
@@ -47,6 +52,7 @@ class WakeableWorker(Worker):
         # job id -> monotonic time until which it is taken to be running in another worker
         self._elsewhere: dict[bytes, float] = {}
         self._listener: asyncio.Task[None] | None = None
+        self._turns = 0  # turns started, naming each among the worker's tasks
 
     async def main(self) -> None:
         try:
@@ -64,6 +70,7 @@ class WakeableWorker(Worker):
         self._woken.clear()  # a wake-up during this look is kept for the wait below
         started = time.monotonic()
         await super()._poll_iteration()
+        await self._take_turns()
         # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation that arrives as the
         # wake-up does, and the worker asked to stop would poll on.
         with contextlib.suppress(TimeoutError):
@@ -72,6 +79,23 @@ class WakeableWorker(Worker):
         rest = MIN_POLL_INTERVAL_S - (time.monotonic() - started)
         if rest > 0:
             await asyncio.sleep(rest)
+
+    async def _take_turns(self) -> None:
+        """Fill the free slots with the scopes the scheduler gives this worker, one turn each."""
+        scheduler = self.ctx.get("scheduler")
+        if scheduler is None or not self.allow_pick_jobs:
+            return
+        for turn in await scheduler.take(self.max_jobs - self.job_counter):
+            await self.sem.acquire()  # free: the count above was of free slots, and only this loop takes
+            self.job_counter += 1
+            self._turns += 1
+            task = asyncio.create_task(run_turn(self.ctx, turn))  # type: ignore[arg-type]
+            task.add_done_callback(self._turn_over)
+            self.tasks[f"turn:{self._turns}"] = task
+
+    def _turn_over(self, _: asyncio.Task[Any]) -> None:
+        self._release_sem_dec_counter_on_complete()
+        self._woken.set()  # a slot is free: look again now
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         now = time.monotonic()

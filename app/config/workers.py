@@ -30,6 +30,13 @@ class WorkerSettings(BaseModel):
     worker_metrics_port: int | None = Field(
         default=None, description="Port on which each worker process serves /metrics; unset: none."
     )
+    scheduler_turn_s: float = Field(
+        default=0.5,
+        gt=0,
+        description="Longest a worker slot drains one scope before the fair scheduler gives the slot to "
+        "whoever is next (the scope is ready again behind them): a tenant arriving behind a backlog waits "
+        "about this, not for the backlog.",
+    )
     sweep_interval_s: int = Field(default=10, description="Seconds between sweeper passes.")
     sweep_min_age_s: float = Field(
         default=15.0, description="Queued chunks older than this are re-enqueued by the sweeper."

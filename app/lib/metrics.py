@@ -88,6 +88,12 @@ APPLY_BATCH = Histogram(
     "Chunks applied together in one transaction by a worker (group commit).",
     buckets=(1, 2, 4, 8, 16, 32, 64),
 )
+SCHEDULER_TURNS = Counter(
+    "memstore_scheduler_turns_total",
+    "Turns of the fair scheduler a worker ran: served (chunks handled), idle (nothing ready), paused"
+    " (the tenant's daily token budget spent), faulted.",
+    ["outcome"],
+)
 GUARDS_FIRED = Counter("memstore_guards_fired_total", "Writer ops dropped or changed by a guard.", ["guard"])
 GRAPH_ROWS_INDEXED = Counter(
     "memstore_graph_rows_indexed_total",

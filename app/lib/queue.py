@@ -7,35 +7,38 @@ enqueue is skipped (and logged), and the workers' sweeper finds the work in Post
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any
+import functools
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import structlog
 from arq.connections import ArqRedis, RedisSettings
-from arq.constants import expires_extra_ms, job_key_prefix
-from arq.jobs import serialize_job
 from redis.asyncio import ConnectionPool
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 log = structlog.get_logger(__name__)
 
 QUEUE_NAME = "memstore:queue"
-# Published once per batch of enqueued jobs; idle workers listening end their wait between polls.
+# Published once per batch of wake-ups; idle workers listening end their wait between polls.
 WAKE_CHANNEL = "memstore:wake"
-# A scope's drain generation: a job `once_per_drain` is named after it, and the job starting its drain
-# moves it on (`next_drain`), so enqueues before that start share the job and later ones make the next.
-DRAIN_KEY = "memstore:drain:{name}"
-_DRAIN_KEY_TTL_S = 86_400
 
-# Enqueue a job named `<base>:<the drain generation>` unless a job of that name already waits or runs.
-_ONCE_PER_DRAIN = """
-local id = ARGV[1] .. ':' .. (redis.call('GET', KEYS[1]) or '0')
-local key = ARGV[2] .. id
-if redis.call('EXISTS', key) == 1 then return 0 end
-redis.call('PSETEX', key, ARGV[3], ARGV[4])
-redis.call('ZADD', KEYS[2], ARGV[5], id)
-return 1
-"""
+
+@dataclass(frozen=True)
+class ScriptCall:
+    """A Lua script's call, sent by its hash (the script itself only when Redis does not have it)."""
+
+    script: str
+    args: tuple[str, ...]
+
+    @property
+    def sha(self) -> str:
+        return _sha(self.script)
+
+
+@functools.cache
+def _sha(script: str) -> str:
+    return hashlib.sha1(script.encode(), usedforsecurity=False).hexdigest()
 
 
 def redis_settings(url: str, retries: int = 0) -> RedisSettings:
@@ -56,51 +59,44 @@ def create_redis(url: str) -> ArqRedis:
 
 
 class JobQueue:
-    """Best-effort enqueue of jobs by function name."""
+    """Best-effort, after-commit writes of wake-ups: script calls (the scheduler's, `pipeline.scheduler`)
+    in one round trip, never blocking or failing the caller on a Redis fault."""
 
     def __init__(self, redis: ArqRedis, timeout_s: float = 1.0, *, wake: bool = True) -> None:
         self.redis = redis
         self.timeout_s = timeout_s
         self.wake = wake
 
-    async def enqueue_many(self, jobs: list[tuple[str, dict[str, Any]]]) -> int:
-        """Enqueue jobs in one round trip; return how many reached Redis. Never raises on a Redis fault.
-
-        Each job is written exactly as arq's `enqueue_job` writes it (job key + queue entry), without
-        its per-job existence check: callers name jobs uniquely, and a duplicate wake-up is harmless
-        anyway (the worker finds the chunk applied). A job with the option `_once_per_drain` is the
-        exception: it is named after `_job_id` and the drain generation of that name (`next_drain`),
-        and not enqueued while a job of that name waits or has not yet started its drain. A job with
-        `_defer_until` (a datetime) waits until then. With `wake`,
-        one message on `WAKE_CHANNEL` follows them, so a waiting worker polls now; a lost one costs
-        only the poll delay.
+    async def enqueue_many(self, calls: Sequence[ScriptCall]) -> int:
+        """Run the calls in one round trip (a second, with the scripts' text, only if Redis lost them);
+        return how many reached Redis. Never raises on a Redis fault. With `wake`, one message on
+        `WAKE_CHANNEL` follows them, so a waiting worker looks now; a lost one costs only its poll delay.
         """
-        if not jobs:
+        if not calls:
             return 0
-        now_ms = int(time.time() * 1000)
         try:
             async with asyncio.timeout(self.timeout_s):
                 pipe = self.redis.pipeline(transaction=False)
-                for function, options in jobs:
-                    kwargs = {k: v for k, v in options.items() if not k.startswith("_")}
-                    job_id = str(options["_job_id"])
-                    payload = serialize_job(function, (), kwargs, None, now_ms)
-                    if options.get("_once_per_drain"):
-                        drain = DRAIN_KEY.format(name=job_id)
-                        args = (job_id, job_key_prefix, expires_extra_ms, payload, now_ms)
-                        pipe.eval(_ONCE_PER_DRAIN, 2, drain, QUEUE_NAME, *args)  # type: ignore[arg-type]
-                        continue
-                    due = options.get("_defer_until")
-                    score = int(due.timestamp() * 1000) if due is not None else now_ms
-                    pipe.psetex(job_key_prefix + job_id, expires_extra_ms + max(0, score - now_ms), payload)
-                    pipe.zadd(QUEUE_NAME, {job_id: score})
+                for call in calls:
+                    pipe.evalsha(call.sha, 0, *call.args)
                 if self.wake:
-                    pipe.publish(WAKE_CHANNEL, b"")  # after the jobs, in the same round trip
-                await pipe.execute()
+                    pipe.publish(WAKE_CHANNEL, b"")  # after the calls, in the same round trip
+                results = await pipe.execute(raise_on_error=False)
+                missing = [c for c, r in zip(calls, results, strict=False) if isinstance(r, NoScriptError)]
+                if missing:
+                    pipe = self.redis.pipeline(transaction=False)
+                    for call in missing:
+                        pipe.eval(call.script, 0, *call.args)
+                    if self.wake:
+                        pipe.publish(WAKE_CHANNEL, b"")
+                    await pipe.execute()
+                failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, NoScriptError)]
+                if failed:
+                    raise failed[0]
         except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("queue.enqueue_skipped", jobs=len(jobs), error=type(exc).__name__)
+            log.warning("queue.enqueue_skipped", jobs=len(calls), error=type(exc).__name__)
             return 0
-        return len(jobs)
+        return len(calls)
 
     async def ping(self) -> bool:
         try:
@@ -111,18 +107,3 @@ class JobQueue:
 
     async def close(self) -> None:
         await self.redis.aclose()
-
-
-async def next_drain(redis: ArqRedis, name: str) -> None:
-    """A drain of `name` starts: the jobs `_once_per_drain` enqueued from now on are the next one's.
-    Called before the drain's first look at the scope, so whatever an enqueue was folded into this job
-    for is committed before that look. Without Redis nothing moves on: later wake-ups fold into this
-    job (already running), and what they stand for waits for the drain's last look or the sweeper."""
-    key = DRAIN_KEY.format(name=name)
-    try:
-        async with redis.pipeline(transaction=False) as pipe:
-            pipe.incr(key)
-            pipe.expire(key, _DRAIN_KEY_TTL_S)
-            await pipe.execute()
-    except (RedisError, OSError) as exc:
-        log.warning("queue.drain_not_moved_on", error=type(exc).__name__)

@@ -6,7 +6,18 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -65,6 +76,9 @@ class Chunk(Base):
     # Hash of the request body, to tell a replay (same body) from a conflict (different body).
     body_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     writer: Mapped[str | None] = mapped_column(String(100))
+    # Posted as a backfill (an import, a `priority: backfill` batch): its scope waits behind the
+    # tenant's live ones (`app.domain.pipeline.scheduler`).
+    backfill: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="queued")
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     last_error: Mapped[str | None] = mapped_column(Text)

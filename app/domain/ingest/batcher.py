@@ -58,7 +58,7 @@ from app.lib.errors import (
     data_error,
     is_db_outage,
 )
-from app.lib.queue import JobQueue
+from app.lib.queue import JobQueue, ScriptCall
 from app.lib.ratelimit import NO_LIMIT, Limit, RateLimiter
 from app.lib.validation import encode_moment
 
@@ -79,6 +79,7 @@ class _Request:
     # and the group commit and the enqueue are recorded in it.
     trace: Context | None = None
     trace_parent: str | None = None
+    backfill: bool = False  # its scopes wait behind the tenant's live ones (`pipeline.scheduler`)
 
 
 @dataclass
@@ -125,9 +126,15 @@ class IngestBatcher:
         ]
 
     async def submit(
-        self, principal: Principal, chunks: Sequence[tuple[ChunkIn, str | None]], request_id: str | None
+        self,
+        principal: Principal,
+        chunks: Sequence[tuple[ChunkIn, str | None]],
+        request_id: str | None,
+        *,
+        backfill: bool = False,
     ) -> list[Accepted]:
-        """Durably store `chunks` (in order); returns once they are committed."""
+        """Durably store `chunks` (in order); returns once they are committed. `backfill`: history being
+        loaded, served after the tenant's live traffic."""
         future: asyncio.Future[list[Accepted]] = asyncio.get_running_loop().create_future()
         lane = self._lanes[hash((principal.tenant_id, chunks[0][0].user_id)) % len(self._lanes)]
         if self._closed:
@@ -135,7 +142,7 @@ class IngestBatcher:
         if lane.pending_chunks + len(chunks) > self.max_pending:
             metrics.INGEST_REJECTED.labels("overloaded").inc()
             raise Overloaded("Too many chunks are waiting to be stored; retry shortly.")
-        request = _Request(principal, chunks, request_id, future)
+        request = _Request(principal, chunks, request_id, future, backfill=backfill)
         if tracing.ENABLED:
             request.trace = tracing.current_context()
             request.trace_parent = tracing.traceparent()
@@ -243,9 +250,7 @@ class IngestBatcher:
             )
         return admitted
 
-    async def _write_alone(
-        self, batch: list[_Request], exc: Exception
-    ) -> list[tuple[str, dict[str, object]]]:
+    async def _write_alone(self, batch: list[_Request], exc: Exception) -> list[ScriptCall]:
         """The batch failed: if the database is reachable, write each request in a transaction of its
         own, so that only a request that fails alone gets an error."""
         open_requests = [r for r in batch if not r.future.done()]
@@ -254,7 +259,7 @@ class IngestBatcher:
                 _fail_request(request, data_error(exc) or exc)
             return []
         log.warning("ingest.batch_failed", requests=len(open_requests), error=type(exc).__name__)
-        jobs: list[tuple[str, dict[str, object]]] = []
+        jobs: list[ScriptCall] = []
         for request in open_requests:
             try:
                 jobs.extend(await self._write_with_retry([request]))
@@ -262,7 +267,7 @@ class IngestBatcher:
                 _fail_request(request, data_error(alone) or alone)
         return jobs
 
-    async def _write_with_retry(self, batch: list[_Request]) -> list[tuple[str, dict[str, object]]]:
+    async def _write_with_retry(self, batch: list[_Request]) -> list[ScriptCall]:
         collided = False
         while batch:
             try:
@@ -277,7 +282,7 @@ class IngestBatcher:
                 log.info("ingest.batch_retry", error=type(exc.orig).__name__)
         return []
 
-    async def _write(self, batch: list[_Request]) -> list[tuple[str, dict[str, object]]]:
+    async def _write(self, batch: list[_Request]) -> list[ScriptCall]:
         for request in batch:
             request.hashes = [body_hash(chunk) for chunk, _ in request.chunks]
         # One transaction for the batch's tenants, and theirs alone (`app.db.tenancy`).
@@ -285,7 +290,7 @@ class IngestBatcher:
         with tenant_scope(tenants):
             return await self._write_as_tenants(batch)
 
-    async def _write_as_tenants(self, batch: list[_Request]) -> list[tuple[str, dict[str, object]]]:
+    async def _write_as_tenants(self, batch: list[_Request]) -> list[ScriptCall]:
         async with self.sessionmaker() as session, session.begin():
             chunks = ChunkRepository(session)
             keys = {(r.principal.tenant_id, key) for r in batch for _, key in r.chunks if key is not None}
@@ -329,6 +334,7 @@ class IngestBatcher:
                             "body_hash": request.hashes[i],
                             "writer": chunk.writer,
                             "trace_parent": request.trace_parent,
+                            "backfill": request.backfill,
                         }
                     )
                     plan[i] = Accepted(chunk_id, seq, "queued", chunk.user_id, replayed=False)
@@ -353,13 +359,14 @@ class IngestBatcher:
                 raise _Redo
             await AuditRepository(session).insert_many([a for a in audit_rows if _kept(a, inserted)])
         metrics.CHUNKS_ACCEPTED.inc(len(inserted))
-        jobs: list[tuple[str, dict[str, object]]] = []
+        jobs: list[ScriptCall] = []
         for request, plan in plans:
             results = [a for a in plan if a is not None]
             if not request.future.done():
                 request.future.set_result(results)
+            fresh = [r for r in results if not r.replayed]
             jobs.extend(
-                w.job() for w in wake_ups(request.principal.tenant_id, [r for r in results if not r.replayed])
+                w.job() for w in wake_ups(request.principal.tenant_id, fresh, backfill=request.backfill)
             )
         return jobs
 

@@ -113,7 +113,10 @@ class ChunkController(Controller):
             )
         services.validate_chunks(data.chunks, settings, writers)
         results = await ingest_batcher.submit(
-            caller.principal, [(c, c.idempotency_key) for c in data.chunks], caller.request_id
+            caller.principal,
+            [(c, c.idempotency_key) for c in data.chunks],
+            caller.request_id,
+            backfill=data.priority == "backfill",
         )
         return BatchAccepted(results=[_accepted(r) for r in results])
 

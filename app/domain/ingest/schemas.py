@@ -49,6 +49,8 @@ class BatchChunkIn(ChunkIn, forbid_unknown_fields=True):
 
 class BatchIn(msgspec.Struct, forbid_unknown_fields=True):
     chunks: Annotated[list[BatchChunkIn], msgspec.Meta(min_length=1)]
+    # `backfill`: history being loaded; its users wait behind the tenant's live traffic for the writer.
+    priority: Literal["live", "backfill"] = "live"
 
 
 class ChunkAccepted(msgspec.Struct):

@@ -67,10 +67,12 @@ def validate_chunks(chunks: Sequence[ChunkIn], settings: Settings, registry: Wri
             )
 
 
-def wake_ups(tenant_id: uuid.UUID, accepted: Sequence[Accepted]) -> list[ScopeWake]:
-    """One wake-up per scope touched (one job per drain: `pipeline.wakeups`)."""
+def wake_ups(
+    tenant_id: uuid.UUID, accepted: Sequence[Accepted], *, backfill: bool = False
+) -> list[ScopeWake]:
+    """One wake-up per scope touched (`pipeline.wakeups`); a backfill's wait behind live scopes."""
     return [
-        scope_wake(tenant_id, user_id, WakeReason.ACCEPTED)
+        scope_wake(tenant_id, user_id, WakeReason.ACCEPTED, backfill=backfill)
         for user_id in dict.fromkeys(result.user_id for result in accepted)
     ]
 

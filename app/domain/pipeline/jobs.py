@@ -1,5 +1,6 @@
-"""The pipeline's jobs, as the workers run them: draining a scope, and sweeping up scopes whose chunks
-no job will take. `workers/` only registers them.
+"""The pipeline's jobs, as the workers run them: a turn on a scope the fair scheduler gave a worker slot
+(`run_turn`), and sweeping up scopes whose chunks wait with no wake-up in the scheduler. `workers/`
+only registers them, and hands its free slots to the scheduler (`workers.wakeable`).
 
 A job gets a `WorkerContext`: arq's keys (`redis`, `job_id`, `job_try`) and what the worker's start-up
 put there. Faults of the database connection become arq retries; everything else a chunk meets is
@@ -19,11 +20,13 @@ from arq.connections import ArqRedis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.config import Settings
+from app.db.tenancy import tenant_scope
 from app.domain.pipeline.repositories import PipelineRepository
-from app.domain.pipeline.services import PipelineDeps, take_up_scope
-from app.domain.pipeline.wakeups import WakeReason, scope_job_name, scope_wake, wake
+from app.domain.pipeline.scheduler import FairScheduler, Shares, Turn
+from app.domain.pipeline.services import PipelineDeps, ScopeRun, take_up_scope
+from app.domain.pipeline.wakeups import WakeReason, scope_wake, wake
+from app.lib import metrics
 from app.lib.errors import is_db_outage
-from app.lib.queue import next_drain
 
 log = structlog.get_logger("app.domain.pipeline.jobs")
 
@@ -37,16 +40,16 @@ class WorkerContext(TypedDict, total=False):
     settings: Settings
     engine: AsyncEngine
     pipeline: PipelineDeps
+    scheduler: FairScheduler
     worker_name: str
     graph_indexer: asyncio.Task[None]
 
 
 async def process_scope_job(ctx: WorkerContext, tenant_id: str, user_id: str) -> dict[str, Any]:
-    """Drain one scope (tenant + user) in `seq` order."""
+    """Drain one scope (tenant + user) in `seq` order, whole: the arq job wake-ups enqueued before the
+    fair scheduler, run if any is left in Redis from then."""
     deps = ctx["pipeline"]
     structlog.contextvars.bind_contextvars(tenant_id=tenant_id, user_id=user_id)
-    # Wake-ups from here on make the scope's next job; those before it are this one's (`JobQueue`).
-    await next_drain(ctx["redis"], scope_job_name(tenant_id, user_id))
     try:
         run = await take_up_scope(deps, uuid.UUID(tenant_id), user_id)
     except Exception as exc:
@@ -57,24 +60,72 @@ async def process_scope_job(ctx: WorkerContext, tenant_id: str, user_id: str) ->
         raise Retry(defer=min(30, 2 * int(ctx.get("job_try", 1)))) from exc
     finally:
         structlog.contextvars.unbind_contextvars("tenant_id", "user_id")
-    for bank_id in run.fed:
-        await wake(ctx["redis"], scope_wake(bank_id, user_id, WakeReason.FED))
-    if run.retry_at is not None:
-        # A chunk is waiting out its backoff; wake the scope when it is due. Without Redis the backoff
-        # still holds in Postgres (`available_at`), and the sweeper wakes the scope once it has passed.
-        due = scope_wake(
-            tenant_id,
-            user_id,
-            WakeReason.BACKOFF,
-            key=f"{run.retry_at.timestamp():.0f}",
-            defer_until=run.retry_at,
-        )
-        await wake(ctx["redis"], due)
+    await _wake_after(ctx, uuid.UUID(tenant_id), user_id, run)
     return run.summary()
 
 
-async def find_stranded_scopes(engine: AsyncEngine, min_age_s: float) -> list[tuple[uuid.UUID, str]]:
-    """Scopes whose unfinished chunks nobody has touched for `min_age_s` (lost or never-sent jobs)."""
+async def _wake_after(ctx: WorkerContext, tenant_id: uuid.UUID, user_id: str, run: ScopeRun) -> None:
+    """The shadow banks the run fed, and the scope itself when a chunk's backoff is due (without Redis
+    the backoff still holds in Postgres, `available_at`, and the sweeper wakes the scope after it)."""
+    wakes = [scope_wake(bank_id, user_id, WakeReason.FED) for bank_id in run.fed]
+    if run.retry_at is not None:
+        wakes.append(scope_wake(tenant_id, user_id, WakeReason.BACKOFF, defer_until=run.retry_at))
+    await wake(ctx["redis"], *wakes)
+
+
+# A turn that met an outage of Postgres, or a fault of its own, is tried again this much later.
+_FAULT_RETRY_S = 2.0
+
+
+async def run_turn(ctx: WorkerContext, turn: Turn) -> dict[str, Any]:
+    """A turn on a scope the scheduler gave this worker: drain it for at most a turn
+    (`MEMSTORE_SCHEDULER_TURN_S`), then give it back, charged for the chunks it served, ready again if
+    more wait, due later if a chunk backs off. A tenant whose daily token budget is spent is paused
+    instead, its chunks untouched. Whatever happens, the scope is given back (a killed worker's lapses
+    with its lease, and the sweeper wakes it)."""
+    deps, scheduler = ctx["pipeline"], ctx["scheduler"]
+    tenant_id, user_id = turn.tenant_id, turn.user_id
+    structlog.contextvars.bind_contextvars(tenant_id=str(tenant_id), user_id=user_id)
+    shares: Shares | None = None
+    run: ScopeRun | None = None
+    due_ms = 0
+    try:
+        with tenant_scope([tenant_id]):
+            async with AsyncSession(deps.reads) as session:
+                options = await deps.tenants.get(session, tenant_id)
+                shares = await deps.shares.of(session, tenant_id, options)
+        if shares.paused_until_ms:
+            metrics.SCHEDULER_TURNS.labels("paused").inc()
+            log.info("scope.budget_spent", until_ms=shares.paused_until_ms)
+            return {"paused_until_ms": shares.paused_until_ms}
+        until = time.monotonic() + deps.settings.scheduler_turn_s
+        run = await take_up_scope(deps, tenant_id, user_id, until=until)
+        metrics.SCHEDULER_TURNS.labels("served" if run.served else "idle").inc()
+        return run.summary()
+    except Exception as exc:
+        metrics.SCHEDULER_TURNS.labels("faulted").inc()
+        if is_db_outage(exc):
+            log.warning("scope.db_unavailable", error=type(exc).__name__)
+        else:
+            log.exception("scope.turn_failed")
+        due_ms = int((time.time() + _FAULT_RETRY_S) * 1000)
+        return {"error": type(exc).__name__}
+    finally:
+        structlog.contextvars.unbind_contextvars("tenant_id", "user_id")
+        # Given back whatever happened, a cancellation (the worker stopping) included: ready again at
+        # once unless it is done, or due when its backoff ends or after a fault.
+        served, more = 0, True
+        if run is not None:
+            served, more = run.served, run.more
+            if run.retry_at is not None:
+                due_ms = int(run.retry_at.timestamp() * 1000)
+            await wake(ctx["redis"], *(scope_wake(b, user_id, WakeReason.FED) for b in run.fed))
+        await scheduler.done(turn, served=served, more=more, due_ms=due_ms, shares=shares)
+
+
+async def find_stranded_scopes(engine: AsyncEngine, min_age_s: float) -> list[tuple[uuid.UUID, str, bool]]:
+    """Scopes whose unfinished chunks nobody has touched for `min_age_s` (lost wake-ups, a Redis flush,
+    or a backlog waiting its turn), and whether their chunks are all backfill."""
     async with AsyncSession(engine) as session:
         return list(await PipelineRepository(session).stranded_scopes(min_age_s))
 
@@ -89,9 +140,10 @@ async def sweep_job(ctx: WorkerContext) -> dict[str, Any]:
             raise
         log.warning("sweep.db_unavailable", error=type(exc).__name__)
         return {"enqueued": 0}
-    window = str(int(time.time() // max(1, settings.sweep_interval_s)))
-    for tenant_id, user_id in scopes:
-        await wake(ctx["redis"], scope_wake(tenant_id, user_id, WakeReason.SWEPT, key=window))
+    await wake(
+        ctx["redis"],
+        *(scope_wake(t, u, WakeReason.SWEPT, backfill=backfill) for t, u, backfill in scopes),
+    )
     if scopes:
         log.info("sweep.enqueued", scopes=len(scopes))
     return {"enqueued": len(scopes)}

@@ -182,7 +182,7 @@ _GIVE_BACK = (
     .returning(_c.id)
 )
 
-_STRANDED = text("SELECT tenant_id, user_id FROM memstore_stranded_scopes(:p_age, :p_limit)")
+_STRANDED = text("SELECT tenant_id, user_id, backfill FROM memstore_stranded_scopes(:p_age, :p_limit)")
 
 # A chunk fed to a bank carries its source chunk's id as its idempotency key: the unique index on
 # (tenant, idempotency key) makes feeding the same chunk twice a no-op, and comparison pairs chunks
@@ -219,7 +219,23 @@ _TENANT_OPTIONS = select(
     Tenant.shadow_of,
     Tenant.settings["destructive_ops"].astext,
     Tenant.settings["destructive_kinds"],
+    Tenant.settings["write_weight"],
+    Tenant.settings["max_writer_concurrency"],
+    Tenant.settings["daily_token_budget"],
 ).where(Tenant.id == bindparam("p_tenant_id"))
+
+# A writer changeset's tokens, and a chunk's failed attempts' (as migration 0019's tenant backlog).
+_TOKENS = (
+    "coalesce((usage ->> 'prompt_tokens')::bigint, 0) + coalesce((usage ->> 'completion_tokens')::bigint, 0)"
+)
+_TOKENS_TODAY = text(
+    f"""SELECT (SELECT (settings ->> 'daily_token_budget')::bigint FROM tenants WHERE id = :p_tenant_id),
+    (SELECT coalesce(sum({_TOKENS}), 0) FROM changesets
+     WHERE tenant_id = :p_tenant_id AND kind = 'writer' AND created_at >= :p_day)
+    + (SELECT coalesce(sum({_TOKENS}), 0) FROM chunks
+       WHERE tenant_id = :p_tenant_id AND status IN ('queued', 'processing', 'failed')
+         AND updated_at >= :p_day AND usage <> '{{}}'::jsonb)"""  # noqa: S608  (constants only)
+)
 
 
 @dataclass(frozen=True)
@@ -235,6 +251,11 @@ class TenantOptions:
     # Its policy for a writer's destructive ops and which ops those are (None: the deployment's).
     destructive_ops: str | None = None
     destructive_kinds: tuple[str, ...] | None = None
+    # Its share of the writer fleet when others have work, the most writer calls it may have in flight
+    # (None: no cap), and its writer tokens a UTC day (None: no budget): `pipeline.scheduler`.
+    write_weight: float = 1.0
+    max_writer_concurrency: int | None = None
+    daily_token_budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -283,6 +304,7 @@ _INSERTED = (
     "body_hash",
     "writer",
     "trace_parent",
+    "backfill",
 )
 # What a row may leave out (the rest it must give).
 _OPTIONAL: dict[str, Any] = {
@@ -292,18 +314,20 @@ _OPTIONAL: dict[str, Any] = {
     "idempotency_key": None,
     "writer": None,
     "trace_parent": None,
+    "backfill": False,
 }
 _INSERT_CHUNKS = text(
     """INSERT INTO chunks (id, tenant_id, user_id, agent_id, run_id, seq, messages, metadata,
-                        idempotency_key, body_hash, writer, trace_parent)
+                        idempotency_key, body_hash, writer, trace_parent, backfill)
     SELECT id, tenant_id, user_id, agent_id, run_id, seq, messages::jsonb, metadata::jsonb,
-           idempotency_key, body_hash, writer, trace_parent
+           idempotency_key, body_hash, writer, trace_parent, backfill
     FROM unnest(CAST(:id AS uuid[]), CAST(:tenant_id AS uuid[]), CAST(:user_id AS text[]),
                 CAST(:agent_id AS text[]), CAST(:run_id AS text[]), CAST(:seq AS bigint[]),
                 CAST(:messages AS text[]), CAST(:metadata AS text[]), CAST(:idempotency_key AS text[]),
-                CAST(:body_hash AS text[]), CAST(:writer AS text[]), CAST(:trace_parent AS text[]))
+                CAST(:body_hash AS text[]), CAST(:writer AS text[]), CAST(:trace_parent AS text[]),
+                CAST(:backfill AS boolean[]))
         AS c(id, tenant_id, user_id, agent_id, run_id, seq, messages, metadata, idempotency_key,
-             body_hash, writer, trace_parent)
+             body_hash, writer, trace_parent, backfill)
     ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
     """
@@ -319,8 +343,11 @@ class PipelineRepository:
         row = (await self.session.execute(_TENANT_OPTIONS, {"p_tenant_id": tenant_id})).first()
         if row is None:
             return TenantOptions()
-        writer, shadows, since, shadow_of, destructive, kinds = row
+        writer, shadows, since, shadow_of, destructive, kinds, weight, cap, budget = row
         return TenantOptions(
+            write_weight=float(weight) if isinstance(weight, int | float) else 1.0,
+            max_writer_concurrency=int(cap) if isinstance(cap, int) else None,
+            daily_token_budget=int(budget) if isinstance(budget, int) else None,
             destructive_ops=str(destructive) if destructive else None,
             destructive_kinds=tuple(str(k) for k in kinds) if isinstance(kinds, list) else None,
             writer=str(writer) if writer else None,
@@ -446,11 +473,21 @@ class PipelineRepository:
         messages = [m for chunk_messages in reversed(rows.all()) for m in chunk_messages]
         return messages[-limit:]
 
-    async def stranded_scopes(self, min_age_s: float, limit: int = 1000) -> Sequence[tuple[uuid.UUID, str]]:
-        """Scopes with unfinished chunks untouched for `min_age_s` whose backoff (if any) has passed:
-        read across tenants, through a function of the tables' owner (migration 0008)."""
+    async def stranded_scopes(
+        self, min_age_s: float, limit: int = 1000
+    ) -> Sequence[tuple[uuid.UUID, str, bool]]:
+        """Scopes with unfinished chunks untouched for `min_age_s` whose backoff (if any) has passed,
+        and whether those chunks are all backfill: read across tenants, through a function of the
+        tables' owner (migrations 0008, 0019)."""
         rows = await self.session.execute(_STRANDED, {"p_age": min_age_s, "p_limit": limit})
-        return [(r[0], r[1]) for r in rows]
+        return [(r[0], r[1], bool(r[2])) for r in rows]
+
+    async def tokens_today(self, tenant_id: uuid.UUID, day: datetime) -> tuple[int | None, int]:
+        """The tenant's daily token budget as set now (None: none), and the writer tokens it has
+        spent since `day`: its writer changesets', and the failed attempts' of chunks still waiting
+        or failed. Read only for a tenant with a budget."""
+        row = (await self.session.execute(_TOKENS_TODAY, {"p_tenant_id": tenant_id, "p_day": day})).one()
+        return (int(row[0]) if row[0] is not None else None), int(row[1] or 0)
 
     # --- chunks coming in ---------------------------------------------------------------------
 

@@ -1,14 +1,15 @@
-"""The one place a scope's job is named and every wake-up of a scope is made.
+"""The one place every wake-up of a scope is made.
 
 A wake-up is a hint, never the work: Postgres holds the chunks, and a lost wake-up costs only the
-sweeper's delay. The job (`jobs.process_scope_job`) drains the scope, whoever woke it, so each reason
-a scope is woken differs only in its job's id — which decides which wake-ups fold into one job:
+sweeper's delay. It makes the scope ready in the fair scheduler (`scheduler`), which decides which
+ready scope a free worker slot drains next; a scope already ready or running is not queued twice, so
+the reasons below differ only in what the logs say and in when the scope is due:
 
-- `accepted`: chunks accepted by ingestion. One job per drain (`JobQueue`'s `_once_per_drain`): the
-  chunks accepted before the scope's next drain starts share it, however many requests brought them.
-- `retried`, `imported`, `replayed`, `fed` (a shadow bank's scope got new chunks): each wake-up a job.
-- `backoff`: a chunk waits out its backoff; the scope is woken when it is due (one job per moment).
-- `swept`: the sweeper found chunks no job will take; one job per scope and sweep window.
+- `accepted`: chunks accepted by ingestion (a backfill batch's scope waits behind the tenant's live
+  ones); `retried`, `imported` (a backfill), `replayed`, `fed` (a shadow bank's scope got new chunks);
+- `backoff`: a chunk waits out its backoff; the scope is due when it has passed;
+- `swept`: the sweeper found chunks waiting in Postgres that the scheduler does not hold (a lost
+  wake-up, a Redis flush).
 """
 
 from __future__ import annotations
@@ -17,14 +18,18 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 import structlog
 from arq.connections import ArqRedis
 from redis.exceptions import RedisError
 
+from app.domain.pipeline.scheduler import ready_call, run_call
+from app.lib.queue import ScriptCall
+
 log = structlog.get_logger(__name__)
 
+# The arq job that drains a whole scope: what wake-ups enqueued before the scheduler, still run if
+# any are left in Redis from then; nothing enqueues it now.
 SCOPE_JOB = "process_scope"
 
 
@@ -38,41 +43,26 @@ class WakeReason(StrEnum):
     SWEPT = "sweep"
 
 
-def scope_job_name(tenant_id: uuid.UUID | str, user_id: str) -> str:
-    """The name of a scope's drain jobs for accepted chunks (one per drain)."""
-    return f"{WakeReason.ACCEPTED}:{tenant_id}:{user_id}"
-
-
 @dataclass(frozen=True)
 class ScopeWake:
-    """A job that drains one scope, and why it was asked for."""
+    """A scope made ready, and why."""
 
     tenant_id: uuid.UUID
     user_id: str
     reason: WakeReason
-    # What tells this wake-up's job from another of the same reason (a time window, a moment); none: a
-    # fresh one each time.
-    key: str | None = None
+    backfill: bool = False  # behind the tenant's live scopes
     defer_until: datetime | None = None  # not before then (a backoff)
 
     @property
-    def job_id(self) -> str:
-        if self.reason is WakeReason.ACCEPTED:
-            return scope_job_name(self.tenant_id, self.user_id)
-        return f"{self.reason}:{self.tenant_id}:{self.user_id}:{self.key or uuid.uuid4().hex}"
+    def entry(self) -> tuple[uuid.UUID, str, bool, int, bool]:
+        """The scope as the scheduler's ready script takes it; a swept scope's turn, if the scheduler
+        holds one, is a dead worker's (its chunks have been untouched for a while)."""
+        due_ms = int(self.defer_until.timestamp() * 1000) if self.defer_until is not None else 0
+        return (self.tenant_id, self.user_id, self.backfill, due_ms, self.reason is WakeReason.SWEPT)
 
-    def job(self) -> tuple[str, dict[str, Any]]:
-        """The job as `JobQueue.enqueue_many` takes it (the API's enqueue, after its commit)."""
-        options: dict[str, Any] = {
-            "tenant_id": str(self.tenant_id),
-            "user_id": self.user_id,
-            "_job_id": self.job_id,
-        }
-        if self.reason is WakeReason.ACCEPTED:
-            options["_once_per_drain"] = True
-        if self.defer_until is not None:
-            options["_defer_until"] = self.defer_until
-        return SCOPE_JOB, options
+    def job(self) -> ScriptCall:
+        """The wake-up as `JobQueue.enqueue_many` takes it (the API's, after its commit)."""
+        return ready_call([self.entry])
 
 
 def scope_wake(
@@ -80,27 +70,23 @@ def scope_wake(
     user_id: str,
     reason: WakeReason,
     *,
-    key: str | None = None,
+    backfill: bool = False,
     defer_until: datetime | None = None,
 ) -> ScopeWake:
     tenant = tenant_id if isinstance(tenant_id, uuid.UUID) else uuid.UUID(tenant_id)
-    return ScopeWake(tenant, user_id, reason, key, defer_until)
+    return ScopeWake(tenant, user_id, reason, backfill or reason is WakeReason.IMPORTED, defer_until)
 
 
-async def wake(redis: ArqRedis, wake_up: ScopeWake) -> bool:
-    """Enqueue a wake-up from a worker (arq's own enqueue, which skips a job id already queued);
-    without Redis the chunks still wait in Postgres for the sweeper. Whether it was queued."""
+async def wake(redis: ArqRedis, *wake_ups: ScopeWake) -> bool:
+    """Make scopes ready from a worker, in one round trip; without Redis the chunks still wait in
+    Postgres for the sweeper. Whether it reached Redis."""
+    if not wake_ups:
+        return True
+    call = ready_call([w.entry for w in wake_ups])
     try:
-        job = await redis.enqueue_job(
-            SCOPE_JOB,
-            tenant_id=str(wake_up.tenant_id),
-            user_id=wake_up.user_id,
-            _job_id=wake_up.job_id,
-            _defer_until=wake_up.defer_until,
-        )
+        await run_call(redis, call)
     except (RedisError, OSError) as exc:
-        log.warning(
-            "scope.wake_up_not_queued", reason=str(wake_up.reason), error=f"{type(exc).__name__}: {exc}"
-        )
+        reasons = sorted({str(w.reason) for w in wake_ups})
+        log.warning("scope.wake_up_not_queued", reason=reasons, error=f"{type(exc).__name__}: {exc}")
         return False
-    return job is not None
+    return True

@@ -81,9 +81,9 @@ REDIS_INGEST = {
     "EVALSHA": 2,
     # ... and the users' chunk-rate buckets, charged for the whole group commit in one script call
     # (the second EVALSHA above).
-    # After the commit, one pipeline: the scope's wake-up job (a script that enqueues it once per
-    # drain) and the message that wakes an idle worker.
-    "pipeline[EVAL, PUBLISH]": 1,
+    # After the commit, one pipeline: the scope made ready in the fair scheduler (a script, by its
+    # hash: `pipeline.scheduler`) and the message that wakes an idle worker.
+    "pipeline[EVALSHA, PUBLISH]": 1,
 }
 # Ingestion embeds nothing: no model run, no text (the API's embedder, and the embeddings server).
 EMBEDDER_INGEST = EmbedderCounts(runs=0, texts=0, cache_hits=0)

@@ -1,7 +1,8 @@
 """Round trips per applied chunk in the worker, held to a budget written here, so a change that adds
 one to the apply path fails and has to say why.
 
-One chunk of a user is drained and applied by the worker's own job (`process_scope_job`), with the
+One chunk of a user is drained and applied by a worker's turn (`run_turn`) on the scope the fair
+scheduler gives it (`FairScheduler.take`, counted with the turn), with the
 clients the worker's real start-up opens (`workers.settings.startup`: its engine, its Redis client,
 its embedder, its writers), by the offline writer and by the `simple` profile against the fake model
 server, which also serves the embeddings. What is counted (`tests/support/round_trips.py`):
@@ -42,12 +43,14 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from app.config import Settings
-from app.domain.pipeline.jobs import WorkerContext, process_scope_job
+from app.domain.pipeline.jobs import WorkerContext, run_turn
+from app.domain.pipeline.scheduler import PREFIX
 from app.embeddings import EmbedderCounts, embedder_counts
 from app.lib.queue import create_redis
 from tests.conftest import TenantKeys, writers_toml
 from tests.support.fake_llm import FakeLLM
 from tests.support.round_trips import PostgresLedger, RedisLedger, budget_diff
+from tests.support.waiting import wait_for
 from workers.settings import shutdown, startup
 
 Client = AsyncTestClient[Litestar]
@@ -87,8 +90,9 @@ PG_OFFLINE = {
 # The `simple` profile shows the model no candidates: no candidate search.
 PG_SIMPLE = {**PG_OFFLINE, "execute SELECT FROM unnest, memories": 1}
 REDIS_WORKER = {
-    # The scope's drain generation moved on (`next_drain`): later wake-ups make the next job.
-    "pipeline[INCRBY, EXPIRE]": 1,
+    # The fair scheduler (`pipeline.scheduler`), one script call each: the scope taken for a free slot,
+    # and given back after the turn (charged for its chunk; not ready again: nothing is left).
+    "EVALSHA": 2,
     # The chunk announced finished to the API processes' waiting reads (`pipeline.finished`): one
     # PUBLISH for the chunks finished in the same turn of the event loop (here: one).
     "PUBLISH": 1,
@@ -143,6 +147,23 @@ def server_usage(fake: FakeLLM) -> Counter[str]:
     return Counter({k: v for usage in fake.usage.values() for k, v in usage.items() if k in wanted})
 
 
+async def ready(settings: Settings, tenant_id: str, user: str) -> None:
+    """Until the API has made the scope ready (it answers 202 first), seen by a client of its own."""
+    client = create_redis(str(settings.redis_url))
+    try:
+        key = f"{PREFIX}ready:{tenant_id}"
+        await wait_for(lambda: client.zscore(key, user), lambda s: s is not None, timeout_s=10, what=key)
+    finally:
+        await client.aclose()
+
+
+async def take_and_turn(ctx: WorkerContext, tenant_id: str, user: str) -> dict[str, Any]:
+    """The scope the scheduler gives a free slot (this one: the only one ready), and a turn on it."""
+    [turn] = await ctx["scheduler"].take(1)
+    assert (str(turn.tenant_id), turn.user_id) == (tenant_id, user)
+    return await run_turn(ctx, turn)
+
+
 async def post(api: Client, headers: dict[str, str], user: str, text: str, writer: str) -> None:
     body: dict[str, Any] = {
         "user_id": user,
@@ -172,12 +193,14 @@ async def test_an_applied_chunk_costs_its_budget(
     try:
         for user, place, drink in USERS:
             await post(api, ingest_headers, user, f"I live in {place}.", writer)
-            assert (await process_scope_job(ctx, tenant_id, user))["applied"] == 1
+            await ready(api_settings, tenant_id, user)
+            assert (await take_and_turn(ctx, tenant_id, user))["applied"] == 1
             await post(api, ingest_headers, user, f"I like {drink}.", writer)
+            await ready(api_settings, tenant_id, user)
             postgres.reset()
             redis.reset()
             embedder, server = embedder_counts(ctx["pipeline"].embedder), server_usage(fake_llm)
-            assert (await process_scope_job(ctx, tenant_id, user))["applied"] == 1
+            assert (await take_and_turn(ctx, tenant_id, user))["applied"] == 1
             if user != "warm-up":
                 upkeep.append(list(redis.upkeep))
                 if not redis.upkeep:

@@ -15,8 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.models import Chunk
-from app.domain.pipeline.wakeups import scope_job_name
-from app.lib.queue import QUEUE_NAME, JobQueue, create_redis
+from app.domain.pipeline.scheduler import PREFIX
+from app.lib.queue import create_redis
 from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer
 from tests.support.workers import running_worker
@@ -105,14 +105,14 @@ async def test_without_wake_ups_the_poll_finds_the_work(
 async def test_an_api_stopping_right_after_its_answer_still_queues_the_job(
     settings: Settings, tenant: TenantKeys
 ) -> None:
-    """The 202 goes out before the batch's jobs are enqueued; an API shut down at once lets that
-    enqueue finish, so the chunk does not wait for the sweeper."""
+    """The 202 goes out before the batch's scopes are made ready; an API shut down at once lets that
+    finish, so the chunk does not wait for the sweeper."""
     client = aioredis.from_url(settings.redis_url)
     try:
         for n in range(5):
             chunk_id = await post_one(quiet(settings), tenant, f"stopping-{n}")
-            job = f"{scope_job_name(tenant.tenant_id, f'stopping-{n}')}:0"  # each user's first drain
-            assert await client.zscore(QUEUE_NAME, job) is not None, (n, chunk_id)
+            ready = f"{PREFIX}ready:{tenant.tenant_id}"
+            assert await client.zscore(ready, f"stopping-{n}") is not None, (n, chunk_id)
     finally:
         await client.aclose()
 
@@ -151,12 +151,12 @@ async def test_a_look_at_the_queue_does_not_recheck_the_jobs_already_running(
     starting it; a worker looking every 20 ms at ten long jobs, run by itself or by another worker,
     checks none of them that way again (one batched EXISTS says which run elsewhere)."""
     redis = aioredis.from_url(settings.redis_url)
-    queue = JobQueue(create_redis(settings.redis_url), wake=False)
+    queue = create_redis(settings.redis_url)
     async with contextlib.AsyncExitStack() as workers:
         runner = await workers.enter_async_context(_sleepy_worker(settings))
         try:
-            jobs = [("sleepy", {"seconds": 30.0, "_job_id": f"sleepy:{n}"}) for n in range(10)]
-            await queue.enqueue_many(jobs)
+            for n in range(10):
+                await queue.enqueue_job("sleepy", seconds=30.0, _job_id=f"sleepy:{n}")
             deadline = time.monotonic() + 10
             while len(runner.tasks) < 10:
                 assert time.monotonic() < deadline
@@ -169,14 +169,14 @@ async def test_a_look_at_the_queue_does_not_recheck_the_jobs_already_running(
             await asyncio.sleep(1.0)  # about fifty looks at a queue of ten running jobs
             assert await _watches(redis) - before == 0
             assert not looker.tasks or looker is runner
-            await queue.enqueue_many([("sleepy", {"seconds": 0.0, "_job_id": "sleepy:new"})])
+            await queue.enqueue_job("sleepy", seconds=0.0, _job_id="sleepy:new")
             deadline = time.monotonic() + 5
             # a new job is still found and started at once
             while sum(w.jobs_complete for w in dict.fromkeys([runner, looker])) < 1:
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.02)
         finally:
-            await queue.close()
+            await queue.aclose()
             await redis.aclose()
 
 

@@ -62,6 +62,15 @@ class ScopeRun:
     # The chunks are copies (a shadow bank's, a replay's): their processing is a trace of its own,
     # linked to the chunk's (`app.lib.tracing`), instead of continuing it.
     linked: bool = False
+    # A turn of the fair scheduler (`scheduler`): the drain stops after the chunk that ends past this
+    # moment (monotonic clock), and says whether the scope has `more` ready.
+    until: float | None = None
+    more: bool = False
+
+    @property
+    def served(self) -> int:
+        """The chunks this run finished or tried: what its tenant is charged for it."""
+        return self.applied + self.failed + self.retried + self.skipped
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -77,18 +86,23 @@ class ScopeRun:
         }
 
 
-async def take_up_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
+async def take_up_scope(
+    deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, *, until: float | None = None
+) -> ScopeRun:
     """A job's work on a scope. A tenant's scope first feeds its new chunks to the tenant's live shadow
     banks (`run.fed`: the caller wakes them), then is drained. A shadow bank's scope is drained in one
     of the process's shadow slots, or put off for a moment when they are all taken, so shadows never
     hold a slot the tenants' own scopes need.
+    `until`: a turn's end (`ScopeRun.until`); none: the scope is drained.
 
     The work reads and writes as the scope's tenant (with its shadow banks) and no other."""
     with tenant_scope([tenant_id]):
-        return await _take_up_scope(deps, tenant_id, user_id)
+        return await _take_up_scope(deps, tenant_id, user_id, until)
 
 
-async def _take_up_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str) -> ScopeRun:
+async def _take_up_scope(
+    deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, until: float | None
+) -> ScopeRun:
     async with AsyncSession(deps.reads) as session:
         options = await deps.tenants.get(session, tenant_id)
     if options.shadow_of is not None:
@@ -99,7 +113,7 @@ async def _take_up_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str)
         if deps.shadow_slots.locked() or own.locked():
             return ScopeRun(no_shadow_slot=True, retry_at=datetime.now(UTC) + jittered(1.0))
         async with deps.shadow_slots, own:
-            return await process_scope(deps, tenant_id, user_id, linked=True)
+            return await process_scope(deps, tenant_id, user_id, linked=True, until=until)
     fed: list[uuid.UUID] = []
     if deps.feeder is not None and (writers := deps.policy.shadow_writers(options)):
         try:
@@ -111,18 +125,24 @@ async def _take_up_scope(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str)
             if is_db_outage(exc):
                 raise
             log.warning("shadow.feed_failed", error=describe(exc), exc_info=True)
-    run = await process_scope(deps, tenant_id, user_id)
+    run = await process_scope(deps, tenant_id, user_id, until=until)
     run.fed = fed
     return run
 
 
 async def process_scope(
-    deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, *, linked: bool = False
+    deps: PipelineDeps,
+    tenant_id: uuid.UUID,
+    user_id: str,
+    *,
+    linked: bool = False,
+    until: float | None = None,
 ) -> ScopeRun:
     """Drain a scope's ready chunks in order, unless another worker is already doing so (as the scope's
-    tenant: `app.db.tenancy`). `linked`: the chunks are copies of others (`ScopeRun.linked`)."""
+    tenant: `app.db.tenancy`). `linked`: the chunks are copies of others (`ScopeRun.linked`); `until`:
+    the end of a turn (`ScopeRun.until`)."""
     with tenant_scope([tenant_id]):
-        return await _drain(deps, tenant_id, user_id, ScopeRun(linked=linked))
+        return await _drain(deps, tenant_id, user_id, ScopeRun(linked=linked, until=until))
 
 
 async def _drain(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: ScopeRun) -> ScopeRun:
@@ -133,9 +153,12 @@ async def _drain(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: Sc
             run.locked_elsewhere = True
             return run
         run.claimed_seq = None
+        turn_over = False
         try:
             while deps.locks.holds(lease) and await _process_next(deps, tenant_id, user_id, run, lease):
-                pass
+                if run.until is not None and time.monotonic() >= run.until:
+                    turn_over = True  # the others' turn: the scope is ready again behind them
+                    break
         finally:
             await deps.locks.release(lease)
         if run.lost_lock:
@@ -149,6 +172,9 @@ async def _drain(deps: PipelineDeps, tenant_id: uuid.UUID, user_id: str, run: Sc
         async with AsyncSession(deps.reads) as session:
             if not await PipelineRepository(session).has_ready(tenant_id, user_id):
                 return run
+        if turn_over:
+            run.more = True
+            return run
 
 
 async def _process_next(
