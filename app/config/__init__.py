@@ -2,7 +2,9 @@
 
 Each concern keeps its own settings in a module of this package (storage, api, workers, writers,
 embeddings, search, answer, logs, webhooks); `Settings` is all of them at once, flat, so every one is
-`MEMSTORE_<NAME>` and read as `settings.<name>`.
+`MEMSTORE_<NAME>` and read as `settings.<name>`. `database_url` reads a Postgres URL in any usual
+spelling, for the settings that check it and the engine (`app.db.engine`) that connects with it: the
+database plumbing reads the settings, never the other way round.
 """
 
 from __future__ import annotations

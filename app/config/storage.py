@@ -4,7 +4,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator
 
-from app.db.engine import postgres_target
+from app.config.database_url import postgres_target
 
 
 class StorageSettings(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.config import Settings
-from app.db.engine import postgres_target
+from app.config.database_url import postgres_target
 
 
 @pytest.mark.parametrize(
