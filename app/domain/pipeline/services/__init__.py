@@ -13,13 +13,17 @@ the embedder down, a writer this worker does not know, Postgres unreachable, the
 gives the claim back uncounted (fenced by the claim, see `PipelineRepository.give_back`); the chunk
 then waits out a backoff with the error on it, for as long as the fault lasts.
 
-The rooms:
-- `deps` — what a worker process shares between its jobs (`PipelineDeps`), and its three caches and
-  rules: tenants' options, the outage clock, the limits policy;
-- `drain` — taking up and draining a scope, a chunk at a time (`take_up_scope`, `process_scope`);
+The rooms, each importing only those listed above it:
+- `faults` — which faults are not the chunk's (`OUTAGES`), and the backoffs of a failed attempt and
+  of an outage;
+- `scope_run` — what one drain of a scope did (`ScopeRun`);
+- `budgets` — a tenant's shares for the fair scheduler, paused while its daily token budget is spent;
+- `deps` — what a worker process shares between its jobs (`PipelineDeps`), and its caches and rules:
+  tenants' options and shares, the outage clock, the limits policy;
 - `writer_view` — what a claimed chunk's writer is shown (`build_request`);
-- `failures` — a failed attempt, a fault outside Postgres, a claim given back, and their backoffs;
-- `retry` — an admin's retry of a failed chunk.
+- `failures` — a failed attempt, a fault outside Postgres, a claim given back, recorded on the chunk;
+- `drain` — taking up and draining a scope, a chunk at a time (`take_up_scope`, `process_scope`);
+- `retry` — an admin's retry of a failed chunk (on its own).
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ from app.domain.pipeline.services.deps import (
     PipelineDeps,
     TenantOptionsCache,
 )
-from app.domain.pipeline.services.drain import ScopeRun, process_scope, take_up_scope
-from app.domain.pipeline.services.failures import backoff, outage_backoff
+from app.domain.pipeline.services.drain import process_scope, take_up_scope
+from app.domain.pipeline.services.faults import backoff, outage_backoff
+from app.domain.pipeline.services.scope_run import ScopeRun
 from app.domain.pipeline.services.writer_view import build_request, memory_at
 
 __all__ = [

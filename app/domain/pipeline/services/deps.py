@@ -23,16 +23,11 @@ from app.domain.pipeline.finished import ChunkAnnouncer
 from app.domain.pipeline.locks import ScopeLocks
 from app.domain.pipeline.repositories import PipelineRepository, TenantOptions
 from app.domain.pipeline.services.budgets import TenantShares
-from app.domain.pipeline.services.failures import outage_backoff
+from app.domain.pipeline.services.faults import outage_backoff
 from app.domain.search.services import Searcher
 from app.embeddings import Embedder, EmbedderCounts, embedder_counts
-from app.embeddings.openai import EmbeddingError
-from app.lib.errors import EmbedderMismatch
 from app.writers.base import OpKind, strictest
-from app.writers.registry import UnknownWriterError, WriterRegistry
-
-# Faults outside Postgres that are not the chunk's: its claim is given back, its attempt not counted.
-OUTAGES = (EmbeddingError, EmbedderMismatch, UnknownWriterError)
+from app.writers.registry import WriterRegistry
 
 
 class FedBank(Protocol):

@@ -6,44 +6,24 @@ with the error on it), or a claim returned as the worker stops.
 from __future__ import annotations
 
 import asyncio
-import random
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.config import Settings
 from app.domain.audit.services import record_event
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
+from app.domain.pipeline.services.deps import PipelineDeps
+from app.domain.pipeline.services.faults import backoff
+from app.domain.pipeline.services.scope_run import ScopeRun
 from app.domain.webhooks.events import Announcement, announce, chunk_fields
 from app.lib import metrics
 from app.writers.base import storable_text
 
-if TYPE_CHECKING:
-    from app.domain.pipeline.services.deps import PipelineDeps
-    from app.domain.pipeline.services.drain import ScopeRun
-
 log = structlog.get_logger("app.domain.pipeline.services")
 
 MAX_ERROR_CHARS = 2_000
-
-
-def backoff(settings: Settings, attempt: int) -> timedelta:
-    """Exponential backoff with +-20 % jitter, so retries of many scopes do not align."""
-    delay = min(settings.retry_backoff_max_s, settings.retry_backoff_s * 2 ** max(0, attempt - 1))
-    return jittered(delay)
-
-
-def outage_backoff(settings: Settings, outage_s: float) -> timedelta:
-    """While a dependency has been down `outage_s` seconds: about as long again, so the retries of a
-    long outage thin out exponentially as `backoff`'s do, within the same bounds. Counting no attempts,
-    they go on until it is back."""
-    return jittered(min(settings.retry_backoff_max_s, max(settings.retry_backoff_s, outage_s)))
-
-
-def jittered(delay_s: float) -> timedelta:
-    return timedelta(seconds=delay_s * random.uniform(0.8, 1.2))  # noqa: S311  (jitter, not security)
 
 
 async def failed_attempt(

@@ -9,12 +9,13 @@ import contextlib
 import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.memories.services import Shown
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository, TenantOptions
+from app.domain.pipeline.services.deps import PipelineDeps
 from app.embeddings.base import related_floor
 from app.writers.base import (
     Candidate,
@@ -24,9 +25,6 @@ from app.writers.base import (
     WriteRequest,
     select_candidates,
 )
-
-if TYPE_CHECKING:
-    from app.domain.pipeline.services.deps import PipelineDeps
 
 
 @dataclass(frozen=True)
