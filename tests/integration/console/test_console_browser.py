@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from tests.conftest import TenantKeys
+from tests.integration.search.test_search import add as add_memories
 from tests.support.history import db_now
 from tests.support.live import free_port, live_api
 from tests.support.workers import running_worker, wait_for_chunks, wait_until
@@ -139,6 +140,38 @@ async def test_sign_in_find_a_user_go_back_in_time_and_roll_a_memory_back(
         await expect(page.locator("#memory-held")).to_have_text("— (not known)")
         await page.screenshot(path=shots / "timeline.png", full_page=True)
     print(f"screenshots: {shots}")
+
+
+async def test_the_bank_and_each_version_say_the_language_of_their_text(
+    page: Page, settings: Settings, tenant: TenantKeys, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """Search reads each text in its language; the console shows it on the bank and on every version
+    (a text rewritten in another language changes it)."""
+    munich, _ = await add_memories(
+        sessionmaker, tenant.tenant_id, "lea", ["Die Nutzerin wohnt in München.", "用户住在上海。"]
+    )
+    async with live_api(settings) as base_url:
+        async with httpx.AsyncClient(base_url=base_url, headers=tenant.admin) as http:
+            edited = await http.patch(f"/v1/memories/{munich}", json={"content": "The user lives in Munich."})
+            assert edited.status_code == 200, edited.text
+            await _say(http, tenant, "lea", "Hallo!")  # the users list is of those who sent chunks
+
+        await page.goto(f"{base_url}/admin/")
+        await page.get_by_label("Admin API key").fill(tenant.admin_key)
+        await page.keyboard.press("Enter")
+        await expect(page.get_by_role("heading", name="Users")).to_be_visible()
+        await page.get_by_role("link", name="lea").click()
+        bank = page.locator("#bank")
+        await expect(bank.locator("th")).to_contain_text(["Memory", "Language"])
+        await expect(bank.locator("tr", has_text="上海").locator("td.language")).to_have_text("zh")
+        await expect(bank.locator("tr", has_text="Munich").locator("td.language")).to_have_text("en")
+
+        await page.get_by_role("link", name="The user lives in Munich.").click()
+        timeline = page.locator("ol.timeline")
+        await expect(timeline.locator("li[data-version]")).to_have_count(2)
+        await expect(timeline.locator("li[data-version='1'] .language")).to_have_text("de")
+        await expect(timeline.locator("li[data-version='2'] .language")).to_have_text("en")
+        await expect(page.locator("#memory-language")).to_have_text("en")
 
 
 UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, button')]

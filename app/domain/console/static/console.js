@@ -374,6 +374,7 @@
             el("td", {}, el("span", { class: "badge" }, m.status)),
             el("td", {}, `v${m.version}`),
             el("td", {}, held(m) || "—"),
+            el("td", { class: "language" }, m.language || "—"),
             el("td", {}, when(m.updated_at))
           )
         )
@@ -395,7 +396,7 @@
         "table",
         { id: "bank" },
         el("caption", {}, asOf ? `Memories as of ${when(asOf)}` : "Memories now"),
-        el("thead", {}, el("tr", {}, ["Memory", "Status", "Version", "Held", "Written"].map((h) => el("th", { scope: "col" }, h)))),
+        el("thead", {}, el("tr", {}, ["Memory", "Status", "Version", "Held", "Language", "Written"].map((h) => el("th", { scope: "col" }, h)))),
         body
       ),
       el("div", { class: "row" }, prev, next, pageInfo),
@@ -477,6 +478,7 @@
           "dl",
           { class: "facts" },
           held(v) ? [el("dt", {}, "Held"), el("dd", { class: "held" }, held(v))] : null,
+          v.language ? [el("dt", {}, "Language"), el("dd", { class: "language" }, v.language)] : null,
           el("dt", {}, "Changed by"),
           el("dd", {}, `${v.actor}${entry.changeset ? ` (${entry.changeset.kind}, ${entry.changeset.status})` : ""}`),
           el("dt", {}, "Writer"),
