@@ -3,13 +3,16 @@
 `running_stack()` starts the whole service as an operator would (embedded Postgres + Redis, migrations,
 API, workers), waits for `/ready`, and stops it with SIGINT on exit, killing anything left behind.
 `FakeModelServer` runs the fake model / embeddings server of the tests as a process of its own, which
-can be stopped and started again on the same port, as a real one restarted.
+can be stopped and started again on the same port, as a real one restarted. A benchmark's command line
+(`bench_parser`, `add_stack_options`) and the end of its report (`write_figures`, `conclude`) are said
+here once, so every script reads and answers alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -20,6 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -31,6 +35,36 @@ ROOT = Path(__file__).resolve().parents[1]
 ADMIN_KEY = "ms_bench_admin_key_0123456789abcdef"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 90.0
+
+
+def bench_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's command line; `--help` shows its module's docstring with the line breaks kept."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def add_stack_options(parser: argparse.ArgumentParser, *, workers: int, log_level: str) -> None:
+    """The options of a benchmark that starts `memstore up` and reports figures: `--workers`,
+    `--log-level`, `--json` and `--env`."""
+    parser.add_argument("--workers", type=int, default=workers, help="worker processes of `memstore up`")
+    parser.add_argument("--log-level", default=log_level, help="MEMSTORE_LOG_LEVEL of the service")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    add_settings_option(parser)
+
+
+def write_figures(result: dict[str, Any], path: Path | None) -> None:
+    """`--json`: the figures written to `path`, if given."""
+    if path is None:
+        return
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"\n  figures written to {path}")
+
+
+def conclude(problems: list[str], ok: str) -> None:
+    """The last word of a benchmark that is also a check: exit 1 naming what went wrong, else `ok`."""
+    if problems:
+        print("\n  FAILED: " + "; ".join(problems), file=sys.stderr)
+        sys.exit(1)
+    print(f"\n  ok: {ok}")
 
 
 def add_settings_option(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +92,32 @@ def settings_of(pairs: list[str]) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in pairs)
 
 
+def caller_env() -> dict[str, str]:
+    """This process's environment without its `MEMSTORE_*` settings: the service measured is
+    configured by the benchmark alone."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+
+
+def up_command(data_dir: Path, port: int, *, workers: int, api_processes: int = 1) -> list[str]:
+    """`memstore up` on `port` with its data in `data_dir`, as an operator starts it."""
+    return [
+        sys.executable,
+        "-m",
+        "app",
+        "up",
+        "--data-dir",
+        str(data_dir),
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--api-processes",
+        str(api_processes),
+    ]
+
+
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -222,7 +281,7 @@ def running_stack(
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         log_file = data_dir.parent / "memstore.log"
         port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+        env = caller_env()
         # Benchmarks measure throughput: no request rate per key or per user (a deployment sets its
         # own), unless `default_limits` asks for the service as deployed.
         env |= {"MEMSTORE_LOG_LEVEL": log_level, "MEMSTORE_ADMIN_KEY": ADMIN_KEY}
@@ -233,20 +292,7 @@ def running_stack(
         with log_file.open("ab") as log:
             # cwd outside the repository, so a developer's .env cannot change what is measured.
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "app",
-                    "up",
-                    "--data-dir",
-                    str(data_dir),
-                    "--port",
-                    str(port),
-                    "--workers",
-                    str(workers),
-                    "--api-processes",
-                    str(api_processes),
-                ],
+                up_command(data_dir, port, workers=workers, api_processes=api_processes),
                 env=env,
                 cwd=data_dir.parent,
                 stdout=log,

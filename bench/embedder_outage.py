@@ -36,16 +36,23 @@ import contextlib
 import json
 import os
 import random
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
-from _stack import FakeModelServer, Stack, add_settings_option, running_stack, settings_of
+from _stack import (
+    FakeModelServer,
+    Stack,
+    add_stack_options,
+    bench_parser,
+    conclude,
+    running_stack,
+    settings_of,
+    write_figures,
+)
 
 ERROR_CHARS = 240  # of an error, in the printed report
 
@@ -420,9 +427,7 @@ def print_report(r: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--users", type=int, default=50, help="users posting, each in order")
     parser.add_argument("--rate", type=float, default=10.0, help="chunks per second, all users together")
     parser.add_argument("--before-s", type=float, default=10.0, help="seconds of posting before the outage")
@@ -438,10 +443,7 @@ def main() -> None:
         default=3,
         help="MEMSTORE_MAX_ATTEMPTS: few, so counted outages would show",
     )
-    parser.add_argument("--workers", type=int, default=1, help="worker processes of `memstore up`")
-    parser.add_argument("--log-level", default="INFO", help="MEMSTORE_LOG_LEVEL of the service")
-    parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    add_settings_option(parser)
+    add_stack_options(parser, workers=1, log_level="INFO")
     args = parser.parse_args()
     print(
         f"embedder outage: {args.users} users at {args.rate:g} chunks/s; the embeddings server stops after"
@@ -453,13 +455,8 @@ def main() -> None:
     print_report(result)
     problems = verdict(result)
     result["problems"] = problems
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
-        print(f"\n  figures written to {args.json}")
-    if problems:
-        print("\n  FAILED: " + "; ".join(problems), file=sys.stderr)
-        sys.exit(1)
-    print("\n  ok: every chunk applied, none failed, and the error was on the waiting chunks meanwhile")
+    write_figures(result, args.json)
+    conclude(problems, "every chunk applied, none failed, and the error was on the waiting chunks meanwhile")
 
 
 if __name__ == "__main__":

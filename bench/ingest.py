@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import shutil
@@ -33,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import asyncpg
-from _stack import Stack, add_settings_option, running_stack, settings_of
+from _stack import Stack, add_stack_options, bench_parser, running_stack, settings_of, write_figures
 
 GOAL_CHUNKS_PER_S = 1500
 GOAL_SHARE_OF_TRIVIAL = 0.30
@@ -304,25 +303,20 @@ def report(args: argparse.Namespace, trivial: WrkResult, chunks: WrkResult, rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--connections", type=int, default=64, help="concurrent clients (wrk -c)")
     parser.add_argument("--duration", type=float, default=15, help="seconds per measured endpoint")
     parser.add_argument("--threads", type=int, default=2, help="wrk threads")
     parser.add_argument("--users", type=int, default=1000, help="distinct user_ids the chunks go to")
     parser.add_argument("--warmup", type=float, default=2, help="seconds of load before each measurement")
-    parser.add_argument("--workers", type=int, default=0, help="worker processes of `memstore up`")
     parser.add_argument("--api-processes", type=int, default=1, help="API processes of `memstore up`")
-    parser.add_argument("--log-level", default="INFO", help="MEMSTORE_LOG_LEVEL of the service")
     parser.add_argument("--data-dir", type=Path, help="keep the data (and memstore.log) here")
-    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
         "--default-settings",
         action="store_true",
         help="run with the service's default limits (the bench otherwise turns the rate limit off)",
     )
-    add_settings_option(parser)
+    add_stack_options(parser, workers=0, log_level="INFO")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
@@ -346,9 +340,7 @@ def main() -> None:
     ) as stack:
         trivial, chunks, rows = measure(stack, args)
     result = report(args, trivial, chunks, rows)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"  figures written to {args.json}")
+    write_figures(result, args.json)
 
 
 if __name__ == "__main__":

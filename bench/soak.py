@@ -59,7 +59,6 @@ import os
 import random
 import signal
 import statistics
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
@@ -71,7 +70,18 @@ from typing import Any
 import asyncpg
 import httpx
 import psutil
-from _stack import GONE, FakeModelServer, Stack, add_settings_option, role_of, running_stack, settings_of
+from _stack import (
+    GONE,
+    FakeModelServer,
+    Stack,
+    add_stack_options,
+    bench_parser,
+    conclude,
+    role_of,
+    running_stack,
+    settings_of,
+    write_figures,
+)
 
 FINISHED = ("applied", "failed")
 POST_TRIES = 5
@@ -937,15 +947,12 @@ def plot(r: dict[str, Any], path: Path) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--minutes", type=float, default=30.0, help="minutes of traffic")
     parser.add_argument("--users", type=int, default=300, help="users posting, each in order")
     parser.add_argument("--rate", type=float, default=15.0, help="chunks per second, all users together")
     parser.add_argument("--search-rate", type=float, default=2.0, help="searches per second")
     parser.add_argument("--latency", type=float, default=0.2, help="seconds the fake model takes per call")
-    parser.add_argument("--workers", type=int, default=1, help="worker processes of `memstore up`")
     parser.add_argument("--embedder", default="hashing", help="MEMSTORE_EMBEDDER (hashing: cheap on 2 cores)")
     parser.add_argument(
         "--undo-every-s", type=float, help="seconds between undos (default: a tenth of the run)"
@@ -972,12 +979,10 @@ def main() -> None:
         "--drain-timeout-s", type=float, default=300.0, help="most seconds to wait for the queue"
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the users' turns and choices")
-    parser.add_argument("--log-level", default="WARNING", help="MEMSTORE_LOG_LEVEL of the service")
-    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
         "--plot", type=Path, help="also draw lag, memory and queue over time (needs matplotlib)"
     )
-    add_settings_option(parser)
+    add_stack_options(parser, workers=1, log_level="WARNING")
     args = parser.parse_args()
     duration = 60 * args.minutes
     args.undo_every_s = args.undo_every_s or duration / 10
@@ -995,16 +1000,11 @@ def main() -> None:
     print_report(result)
     problems = verdict(result)
     result["problems"] = problems
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
-        print(f"\n  figures written to {args.json}")
+    write_figures(result, args.json)
     if args.plot:
         drawn = plot(result, args.plot)
         print(f"  plot written to {args.plot}" if drawn else "  no plot: matplotlib is not installed")
-    if problems:
-        print("\n  FAILED: " + "; ".join(problems), file=sys.stderr)
-        sys.exit(1)
-    print("\n  ok: nothing lost, failed, reordered or applied twice; no 5xx")
+    conclude(problems, "nothing lost, failed, reordered or applied twice; no 5xx")
 
 
 if __name__ == "__main__":

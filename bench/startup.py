@@ -7,59 +7,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import psutil
-from _stack import add_settings_option, settings_of
+from _stack import GONE, add_settings_option, caller_env, free_port, role_of, settings_of, up_command
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def role_of(proc: psutil.Process) -> str:
-    cmd = " ".join(proc.cmdline())
-    if "redis-server" in cmd:
-        return "redis"
-    if "postgres" in proc.name() or "postgres:" in cmd:
-        return "postgres (all backends)"
-    if " serve" in cmd:
-        return "api"
-    if " worker" in cmd:
-        return "worker"
-    return "other"
+# How the memory report names a role of `_stack.role_of`: Postgres's RSS is summed over its backends.
+LABELS = {"postgres": "postgres (all backends)"}
 
 
 def one_run(data_dir: Path, workers: int, settings: dict[str, str]) -> dict[str, float]:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
-    env["MEMSTORE_LOG_LEVEL"] = "WARNING"
-    env |= settings
+    env = caller_env() | {"MEMSTORE_LOG_LEVEL": "WARNING"} | settings
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "app",
-            "up",
-            "--data-dir",
-            str(data_dir),
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-        ],
+        up_command(data_dir, port, workers=workers),
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -78,9 +46,12 @@ def one_run(data_dir: Path, workers: int, settings: dict[str, str]) -> dict[str,
     family = [root, *root.children(recursive=True)]
     rss: dict[str, float] = {"supervisor": root.memory_info().rss / 2**20}
     for child in family[1:]:
-        with_role = role_of(child)
+        role = role_of(child)
+        if role == GONE:
+            continue
+        label = LABELS.get(role, role)
         with contextlib.suppress(psutil.Error):
-            rss[with_role] = rss.get(with_role, 0.0) + child.memory_info().rss / 2**20
+            rss[label] = rss.get(label, 0.0) + child.memory_info().rss / 2**20
     stop_started = time.perf_counter()
     proc.send_signal(signal.SIGINT)
     code = proc.wait(90)
