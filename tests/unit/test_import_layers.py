@@ -102,7 +102,7 @@ def test_the_graph_sees_the_imports_it_must() -> None:
     assert "app.config.storage" in graph["app.config"]
     assert "app.config" in graph["app.db.engine"]  # under TYPE_CHECKING
     assert "app.domain.pipeline.services.deps" in graph["app.domain.pipeline.services.drain"]
-    assert "app.domain.pipeline.services.budgets" in graph["app.domain.pipeline.services.deps"]
+    assert "app.domain.pipeline.services.failures" in graph["app.domain.pipeline.services.drain"]
     assert list(circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})) == [["a", "b", "c"]]
 
 
