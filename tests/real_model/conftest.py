@@ -6,7 +6,8 @@ Nothing here is collected unless MEMSTORE_REAL_MODEL_URL names a running OpenAI-
 
 Between the writers and the model sits a recording proxy: every request body and every answer is
 kept (`exchanges`) and written to MEMSTORE_REAL_MODEL_OUT/<profile>-exchanges.jsonl, the evidence
-to look at when a profile misbehaves.
+to look at when a profile misbehaves. A request the server could not answer (unreachable, a 5xx, a
+dropped connection) is recorded with what happened, and fails the profile's test (transport_failures).
 """
 
 from __future__ import annotations
@@ -36,6 +37,16 @@ RESPONSE_FORMAT = os.environ.get("MEMSTORE_REAL_MODEL_RESPONSE_FORMAT", "json_ob
 # complete items).
 MAX_TOKENS = int(os.environ.get("MEMSTORE_REAL_MODEL_MAX_TOKENS", "1024"))
 OUT_DIR = Path(os.environ.get("MEMSTORE_REAL_MODEL_OUT", ".real-model/out"))
+# The model server's log (run.py sets it), whose last lines every transport failure shows.
+SERVER_LOG = os.environ.get("MEMSTORE_REAL_MODEL_SERVER_LOG", "")
+
+# The fewest of a profile's ten chunks that SmolLM2-135M-Instruct gets applied on this server (Q4_1,
+# llama-cpp-python as pinned in setup_env.sh, json_object + schema, 1,024-token budget, temperature 0),
+# a margin below what measured runs reached (tests/real_model/README.md). A profile below its minimum
+# fails, with the model's own failures named. MEMSTORE_REAL_MODEL_MIN_APPLIED (JSON, e.g.
+# '{"simple": 10}') replaces profiles' minimums, for another model or to see the assertion fail.
+MIN_APPLIED: dict[str, int] = {"hy-memory": 8, "mem0": 4, "mem0-v3": 8, "memos": 6, "simple": 8}
+MIN_APPLIED |= json.loads(os.environ.get("MEMSTORE_REAL_MODEL_MIN_APPLIED") or "{}")
 
 # Not collected without a model server: `make test` must not try to reach one.
 collect_ignore_glob = [] if MODEL_URL else ["test_*.py"]
@@ -69,12 +80,26 @@ class RecordingProxy:
                 text = await answer.text()
                 record |= {"status": answer.status, "response": _json_or_text(text.encode())}
                 return web.Response(body=text.encode(), status=answer.status, content_type="application/json")
-        except Exception as exc:  # the writer sees a dropped connection, as with a dead server
-            record |= {"status": None, "error": f"{type(exc).__name__}: {exc}"}
-            raise
+        except Exception as exc:  # noqa: BLE001  (no answer: the server is down or dropped the connection)
+            error = f"{type(exc).__name__}: {exc}"
+            record |= {"status": None, "error": error}
+            # What the writer meets is a transport failure as with the server itself (it retries, then
+            # fails the chunk), saying what the proxy met instead of aiohttp's bare 500.
+            return web.Response(text=f"recording proxy: no answer from the model server: {error}", status=502)
         finally:
             record["elapsed_s"] = round(time.perf_counter() - started, 2)
             self.exchanges.append(record)
+
+    async def upstream_error(self) -> str | None:
+        """Why the model server does not answer GET /models, or None when it does."""
+        assert self._client is not None
+        try:
+            async with self._client.get(
+                self.upstream.rstrip("/") + "/models", timeout=aiohttp.ClientTimeout(total=10)
+            ) as answer:
+                return None if answer.status == 200 else f"GET /models answered HTTP {answer.status}"
+        except Exception as exc:  # noqa: BLE001
+            return f"GET /models: {type(exc).__name__}: {exc}"
 
     async def __aenter__(self) -> RecordingProxy:
         self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
@@ -93,6 +118,18 @@ class RecordingProxy:
 
     _client: aiohttp.ClientSession | None = None
     _runner: web.AppRunner = field(init=False)
+
+
+def server_log_tail(lines: int = 30) -> str:
+    """The model server's last log lines, indented, or why there are none."""
+    if not SERVER_LOG:
+        return "  (MEMSTORE_REAL_MODEL_SERVER_LOG is not set: run through tests/real_model/run.py)"
+    try:
+        text = Path(SERVER_LOG).read_text(errors="replace")
+    except OSError as exc:
+        return f"  (cannot read {SERVER_LOG}: {exc})"
+    tail = text.splitlines()[-lines:]
+    return f"  last {len(tail)} lines of {SERVER_LOG}:\n" + "\n".join(f"  | {line}" for line in tail)
 
 
 def _json_or_text(raw: bytes) -> Any:
@@ -160,13 +197,16 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             f" | memories active {report['active_memories']} (versions {report['versions']})"
             f" | calls {report['calls']} prompt tokens {report['prompt_tokens']}"
             f" completion tokens {report['completion_tokens']} | {report['wall_s']:.0f} s"
+            f" | minimum applied {report['min_applied']}"
         )
         write(f"           ops {report['ops']} | guards {report['guards'] or '{}'}")
         write(f"           response_format sent {report['response_formats']}")
         for memory in report["examples"]:
             write(f"           + {memory}")
-        for error in report["errors"]:
-            write(f"           ! {error}")
+        for kind, said in (("model's own", "model_failures"), ("TRANSPORT", "transport_failures"),
+                           ("OTHER", "other_failures")):  # fmt: skip
+            for failure in report[said]:
+                write(f"           ! {kind}: {failure[:300]}")
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     (OUT_DIR / "report.json").write_text(json.dumps(REPORTS, indent=2, ensure_ascii=False))
     write(f"full report: {OUT_DIR / 'report.json'}; model exchanges: {OUT_DIR}/<profile>-exchanges.jsonl")
