@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Annotated
 
 import httpx
+import msgspec
 import structlog
 import typer
 
 from app.cli import eval as eval_cli
-from app.cli import history, references, search, shadows, status, transfer
+from app.cli import history, references, search, shadows, status, transfer, usage
 from app.config import Settings, get_settings
 from app.lib.logging import configure_logging
 
@@ -335,6 +336,80 @@ def tenants_create(
     typer.echo(secret)
 
 
+@tenants_cli.command("set")
+def tenants_set(
+    name: Annotated[str, typer.Argument(help="The tenant's name.")],
+    write_weight: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001, max=1000, help="Its share of the writer fleet when others have work (1: equal)."
+        ),
+    ] = None,
+    max_writer_concurrency: Annotated[
+        int | None, typer.Option(min=0, help="Most writer calls in flight across the fleet (0: no cap).")
+    ] = None,
+    daily_token_budget: Annotated[
+        int | None, typer.Option(min=-1, help="Writer tokens a UTC day (-1: no budget; 0: no writing).")
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Embedded data directory, when no URL is set.")
+    ] = None,
+) -> None:
+    """Set a tenant's writer share as its operator, past what its own admin may give it; prints its
+    settings. A running fleet holds the new shares at once when MEMSTORE_REDIS_URL reaches its Redis,
+    else from the tenant's next turn (a paused tenant: within a minute)."""
+    from app.db.engine import create_engine, create_sessionmaker
+    from app.domain.accounts.schemas import TenantSettings
+    from app.domain.accounts.services import set_tenant_options, tenant_by_name
+    from app.domain.pipeline.scheduler import Shares, configure
+    from app.lib.embedded import database_only
+    from app.lib.errors import ApiError
+    from app.lib.queue import create_redis
+
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format, process="cli")
+    changes: dict[str, object] = {}
+    if write_weight is not None:
+        changes["write_weight"] = None if write_weight == 1 else write_weight
+    if max_writer_concurrency is not None:
+        changes["max_writer_concurrency"] = max_writer_concurrency or None
+    if daily_token_budget is not None:
+        changes["daily_token_budget"] = None if daily_token_budget < 0 else daily_token_budget
+
+    async def run(database_url: str) -> TenantSettings:
+        engine = create_engine(
+            settings.model_copy(update={"database_url": database_url}), application_name="memstore-cli"
+        )
+        try:
+            async with create_sessionmaker(engine)() as session, session.begin():
+                tenant = await tenant_by_name(session, name)
+                tenant = await set_tenant_options(
+                    session, tenant_id=tenant.id, changes=changes, known=lambda _: True, actor="cli"
+                )
+                out = TenantSettings.of(tenant)
+        finally:
+            await engine.dispose()
+        if settings.redis_url and changes:
+            redis = create_redis(settings.redis_url)
+            try:
+                shares = Shares(weight=out.write_weight, cap=out.max_writer_concurrency or 0)
+                await configure(redis, out.tenant_id, shares)
+            finally:
+                await redis.aclose()
+        return out
+
+    try:
+        with (
+            _embedded_refusal(),
+            database_only(data_dir or settings.data_dir, settings.owner_database_url) as database_url,
+        ):
+            out = asyncio.run(run(database_url))
+    except ApiError as exc:
+        typer.echo(exc.detail, err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(msgspec.json.encode(out).decode())
+
+
 @contextlib.contextmanager
 def _embedded_refusal() -> Iterator[None]:
     """An embedded stack that cannot serve the command is a message and exit 1, not a traceback."""
@@ -354,6 +429,7 @@ search.register(cli)
 shadows.register(cli)
 status.register(cli)
 transfer.register(cli)
+usage.register(cli)
 
 
 def main() -> None:

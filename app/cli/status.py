@@ -39,7 +39,8 @@ failed [{tenant_id, tenant, error, chunks, newest_at}] (error: its class, the he
 writers [{writer, applied, failed, attempts, failed_attempts, error_rate, latency_p50_ms, latency_p95_ms,
 apply_lag_p50_s, apply_lag_p95_s}] (chunks finished in the window);
 reviews {waiting, oldest_age_s}; audit {unsealed, oldest_unsealed_age_s};
-queue_jobs (wake-up jobs waiting in Redis); workers_alive;
+queue_jobs (arq jobs waiting in Redis: the crons); scopes_ready (scopes waiting for a worker slot in the
+fair scheduler); tenants_paused (their daily token budget spent); workers_alive;
 workers [{name, host, pid, max_jobs, jobs_running {job: n}, beat_age_s, up_s}]."""
 
 
@@ -55,6 +56,8 @@ class Status:
     failed: list[FailedGroup] | None = None
     writers: list[WriterStats] | None = None
     queue_jobs: int | None = None
+    scopes_ready: int | None = None
+    tenants_paused: int | None = None
     workers: list[dict[str, Any]] | None = None
     generated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -98,6 +101,8 @@ class Status:
                 "oldest_unsealed_age_s": max((t.oldest_unsealed_age_s for t in tenants), default=0.0),
             },
             "queue_jobs": self.queue_jobs,
+            "scopes_ready": self.scopes_ready,
+            "tenants_paused": self.tenants_paused,
             "workers_alive": None if self.workers is None else len(self.workers),
             "workers": self.workers,
         }
@@ -130,6 +135,7 @@ async def _read_postgres(found: Status, database_url: str) -> None:
 
 
 async def _read_redis(found: Status, redis_url: str) -> None:
+    from app.domain.pipeline.scheduler import queues
     from app.domain.system.services import worker_beats
     from app.lib.queue import QUEUE_NAME, create_redis
 
@@ -137,6 +143,9 @@ async def _read_redis(found: Status, redis_url: str) -> None:
     try:
         async with asyncio.timeout(_REDIS_TIMEOUT_S):
             found.queue_jobs = int(await redis.zcard(QUEUE_NAME))
+            waiting = await queues(redis)
+            found.scopes_ready = sum(q.ready for q in waiting)
+            found.tenants_paused = sum(q.paused for q in waiting)
             now = time.time()
             found.workers = [
                 {
@@ -152,7 +161,7 @@ async def _read_redis(found: Status, redis_url: str) -> None:
             ]
     except Exception as exc:  # noqa: BLE001  (any fault of Redis is what the screen reports)
         found.redis = f"unreachable ({type(exc).__name__})"
-        found.queue_jobs = found.workers = None
+        found.queue_jobs = found.scopes_ready = found.tenants_paused = found.workers = None
     finally:
         await redis.aclose()
 
@@ -257,7 +266,10 @@ def _writers(window_s: float, writers: list[WriterStats]) -> Table:
 
 
 def _workers(found: Status, workers: list[dict[str, Any]]) -> Table:
-    title = f"Workers alive: {len(workers)}   wake-up jobs queued: {found.queue_jobs}"
+    title = (
+        f"Workers alive: {len(workers)}   scopes ready: {found.scopes_ready}"
+        f"   tenants paused (budget): {found.tenants_paused}"
+    )
     table = _table(title, {"worker": "l", "jobs running": "l", "slots": "r", "last beat": "r", "up": "r"})
     for worker in workers:
         running = ", ".join(f"{name} {n}" for name, n in sorted(worker["jobs_running"].items())) or "idle"

@@ -37,6 +37,13 @@ class WorkerSettings(BaseModel):
         "whoever is next (the scope is ready again behind them): a tenant arriving behind a backlog waits "
         "about this, not for the backlog.",
     )
+    tenant_write_weight_max: float = Field(
+        default=1.0,
+        gt=0,
+        description="The most write_weight a tenant's admin may give its own tenant (PATCH "
+        "/v1/admin/settings): at 1, a tenant may take a smaller share than the others, not a larger one; "
+        "an operator gives any with `memstore tenants set --write-weight`.",
+    )
     sweep_interval_s: int = Field(default=10, description="Seconds between sweeper passes.")
     sweep_min_age_s: float = Field(
         default=15.0, description="Queued chunks older than this are re-enqueued by the sweeper."

@@ -23,6 +23,7 @@ from app.domain.search.controllers import SearchController
 from app.domain.shadows.controllers import ShadowController
 from app.domain.system.controllers import SystemController
 from app.domain.transfer.controllers import TransferController
+from app.domain.usage.controllers import UsageController
 from app.domain.webhooks.controllers import WebhookController
 from app.lib import tracing
 from app.lib.errors import EXCEPTION_HANDLERS
@@ -52,6 +53,7 @@ ROUTE_HANDLERS = [
     AdminHistoryController,
     ChunkAdminController,
     AuditController,
+    UsageController,
     SearchController,
     ShadowController,
     ReviewController,

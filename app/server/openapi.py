@@ -155,6 +155,7 @@ def deployment_facts(settings: Settings) -> dict[str, dict[str, Any]]:
         "writers": {"enum": names},
         "named_writers": {"enum": [n for n in names if n != DEFAULT_WRITER]},  # not the `default` alias
         "max_top_k": {"maximum": settings.search_max_top_k},
+        "max_write_weight": {"maximum": settings.tenant_write_weight_max},
     }
     if settings.rate_limit_per_s > 0:
         facts["max_rate_limit_per_s"] = {"maximum": settings.rate_limit_per_s}

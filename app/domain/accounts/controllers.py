@@ -27,7 +27,9 @@ from app.domain.accounts.schemas import (
     TenantSettingsUpdate,
 )
 from app.domain.accounts.services import Caller
+from app.domain.pipeline.scheduler import SHARES, Shares, configure
 from app.lib.errors import InvalidField, KeyExists, KeyRevoked, NotFoundError, error_responses
+from app.lib.queue import JobQueue
 from app.writers.registry import WriterRegistry
 
 
@@ -158,7 +160,7 @@ class TenantSettingsController(Controller):
 
     @patch(
         "/",
-        summary="Set the tenant's writers and destructive-ops policy (null: the deployment's)",
+        summary="Set the tenant's writers, destructive-ops policy, limits and writer share (null: default)",
         responses=error_responses(InvalidField),
     )
     async def update_settings(
@@ -168,7 +170,8 @@ class TenantSettingsController(Controller):
         caller: NamedDependency[Caller],
         settings: NamedDependency[Settings],
         writers: NamedDependency[WriterRegistry],
-    ) -> TenantSettings:
+        job_queue: NamedDependency[JobQueue],
+    ) -> Response[TenantSettings]:
         changes: dict[str, object] = {}
         if data.writer is not msgspec.UNSET:
             changes["writer"] = data.writer
@@ -191,6 +194,17 @@ class TenantSettingsController(Controller):
                     details={"field": field, "most": most},
                 )
             changes[field] = value
+        if data.write_weight is not msgspec.UNSET:
+            most = settings.tenant_write_weight_max
+            if data.write_weight is not None and data.write_weight > most:
+                raise InvalidField(
+                    f"write_weight may not exceed the deployment's ({most:g}).",
+                    details={"field": "write_weight", "most": most},
+                )
+            changes["write_weight"] = data.write_weight
+        for name in ("max_writer_concurrency", "daily_token_budget"):
+            if (value := getattr(data, name)) is not msgspec.UNSET:
+                changes[name] = value
         tenant = await services.set_tenant_options(
             db_session,
             tenant_id=caller.tenant_id,
@@ -199,4 +213,9 @@ class TenantSettingsController(Controller):
             actor=caller.actor,
             request_id=caller.request_id,
         )
-        return TenantSettings.of(tenant)
+        out = TenantSettings.of(tenant)
+        if not changes.keys() & set(SHARES):
+            return Response(out)
+        # After the commit, the scheduler holds the new shares (a raised budget unpauses the tenant).
+        shares = Shares(weight=out.write_weight, cap=out.max_writer_concurrency or 0)
+        return Response(out, background=BackgroundTask(configure, job_queue.redis, tenant.id, shares))

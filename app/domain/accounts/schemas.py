@@ -64,6 +64,12 @@ class TenantSettings(msgspec.Struct):
     # Its own per-key request rate and burst, at most the deployment's (null: the deployment's).
     rate_limit_per_s: float | None = None
     rate_limit_burst: int | None = None
+    # Its share of the writer fleet when other tenants have work too (1: an equal share), the most
+    # writer calls it may have in flight across the fleet (null: no cap), and the writer tokens (prompt
+    # + completion) it may spend a UTC day (null: no budget; spent, its chunks wait `queued`).
+    write_weight: float = 1.0
+    max_writer_concurrency: int | None = None
+    daily_token_budget: int | None = None
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantSettings:
@@ -78,6 +84,9 @@ class TenantSettings(msgspec.Struct):
             destructive_kinds=list(kinds) if isinstance(kinds, list) else None,
             rate_limit_per_s=tenant.settings.get("rate_limit_per_s"),
             rate_limit_burst=tenant.settings.get("rate_limit_burst"),
+            write_weight=float(tenant.settings.get("write_weight") or 1.0),
+            max_writer_concurrency=tenant.settings.get("max_writer_concurrency"),
+            daily_token_budget=tenant.settings.get("daily_token_budget"),
         )
 
 
@@ -108,3 +117,18 @@ class TenantSettingsUpdate(msgspec.Struct, forbid_unknown_fields=True):
         | msgspec.UnsetType
         | None
     ) = msgspec.UNSET
+    # The tenant's share of the writer fleet when others have work too, at most the deployment's
+    # `MEMSTORE_TENANT_WRITE_WEIGHT_MAX` (null: 1, an equal share).
+    write_weight: (
+        Annotated[float, msgspec.Meta(gt=0, le=1000, extra={"deployment": "max_write_weight"})]
+        | msgspec.UnsetType
+        | None
+    ) = msgspec.UNSET
+    # The most writer calls of the tenant in flight across the fleet (null: no cap).
+    max_writer_concurrency: Annotated[int, msgspec.Meta(ge=1, le=100_000)] | msgspec.UnsetType | None = (
+        msgspec.UNSET
+    )
+    # Writer tokens (prompt + completion) a UTC day (null: no budget; 0: no writing).
+    daily_token_budget: Annotated[int, msgspec.Meta(ge=0, le=10**15)] | msgspec.UnsetType | None = (
+        msgspec.UNSET
+    )

@@ -175,7 +175,9 @@ async def set_tenant_options(
 ) -> Tenant:
     """Set the tenant's `writer` (its default writer), `shadow_writers` (writers that also write its
     chunks into shadow banks), `destructive_ops` (what a writer's destructive ops meet) and
-    `destructive_kinds` (which ops those are); None: the deployment's. Unknown writer names are refused."""
+    `destructive_kinds` (which ops those are), its rate limits, and its writer share (`write_weight`,
+    `max_writer_concurrency`, `daily_token_budget`: `pipeline.scheduler`); None: the default. Unknown
+    writer names are refused. Each change is audited."""
     for field, value in changes.items():
         if field not in ("writer", "shadow_writers"):
             continue
@@ -211,6 +213,13 @@ async def set_tenant_options(
             request_id=request_id,
         )
     return await tenant_settings(session, tenant_id)
+
+
+async def tenant_by_name(session: AsyncSession, name: str) -> Tenant:
+    tenant = await TenantRepository(session).get_by_name(name)
+    if tenant is None:
+        raise NotFoundError(f"No tenant named {name!r}.")
+    return tenant
 
 
 async def create_tenant(

@@ -25,6 +25,7 @@ from app.domain.console.schemas import ChangesetCount, ChangesetCounts, UserList
 from app.domain.history.repositories import HistoryRepository
 from app.domain.ingest.repositories import ChunkRepository, ScopeRepository
 from app.domain.ingest.schemas import ChunkList, ChunkStatus
+from app.domain.ingest.services import progress_in
 from app.domain.memories.repositories import MemoryRepository
 from app.lib.errors import InvalidField, error_responses
 from app.lib.paging import KeysetCursor, UserCursor, decode_keyset, keyset_cursor, paged
@@ -124,6 +125,10 @@ class ConsoleReadsController(Controller):
             limit,
             lambda chunk: keyset_cursor(chunk.received_at, chunk.id),
         )
+        found = await progress_in(db_session, caller.tenant_id, page.items)
         return ChunkList(
-            items=[ChunkStatus.of(c, may_read=True) for c in page.items], next_cursor=page.next_cursor
+            items=[
+                ChunkStatus.of(c, may_read=True, progress=p) for c, p in zip(page.items, found, strict=True)
+            ],
+            next_cursor=page.next_cursor,
         )

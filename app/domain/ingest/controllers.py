@@ -137,7 +137,8 @@ class ChunkController(Controller):
         [chunk] = await services.finished_or_after(
             sessionmaker, finished_chunks, caller.tenant_id, [chunk_id], wait
         )
-        return ChunkStatus.of(chunk, may_read=caller.may("read"))
+        [progress] = await services.progress(sessionmaker, caller.tenant_id, [chunk])
+        return ChunkStatus.of(chunk, may_read=caller.may("read"), progress=progress)
 
     @get(
         "/",
@@ -157,4 +158,9 @@ class ChunkController(Controller):
             sessionmaker, finished_chunks, caller.tenant_id, list(dict.fromkeys(chunk_id)), wait
         )
         may_read = caller.may("read")
-        return ChunkStatuses(items=[ChunkStatus.of(chunk, may_read=may_read) for chunk in chunks])
+        found = await services.progress(sessionmaker, caller.tenant_id, chunks)
+        return ChunkStatuses(
+            items=[
+                ChunkStatus.of(c, may_read=may_read, progress=p) for c, p in zip(chunks, found, strict=True)
+            ]
+        )

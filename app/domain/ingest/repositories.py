@@ -6,13 +6,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Table, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Chunk, Scope
+from app.db.models import Changeset, Chunk, Scope
 
 _scopes = cast("Table", Scope.__table__)
 # One statement text whatever the number of scopes (a column each, as an array), so one prepared
@@ -121,6 +121,18 @@ class ChunkRepository:
             select(Chunk).where(Chunk.tenant_id == tenant_id, Chunk.id.in_(list(set(chunk_ids))))
         )
         return {c.id: c for c in rows}
+
+    async def written(self, chunks: Sequence[Chunk]) -> dict[uuid.UUID, tuple[str | None, dict[str, Any]]]:
+        """The writer and usage the changesets of the applied ones among `chunks` recorded, by chunk."""
+        changesets = {c.changeset_id: c.id for c in chunks if c.status == "applied" and c.changeset_id}
+        if not changesets:
+            return {}
+        rows = await self.session.execute(
+            select(Changeset.id, Changeset.writer, Changeset.usage).where(
+                Changeset.tenant_id == chunks[0].tenant_id, Changeset.id.in_(list(changesets))
+            )
+        )
+        return {changesets[cid]: (writer, dict(usage or {})) for cid, writer, usage in rows}
 
     async def page_by_status(
         self,

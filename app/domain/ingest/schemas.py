@@ -77,8 +77,12 @@ class ChunkStatus(msgspec.Struct):
     writer: str | None
     received_at: datetime
     applied_at: datetime | None
-    # Token usage of the writer calls of failed attempts (an applied chunk's is on its changeset).
+    # What its writer calls cost: an applied chunk's changeset's, with its failed attempts' (calls,
+    # prompt_tokens, completion_tokens ...).
     usage: dict[str, Any] = msgspec.field(default_factory=dict)
+    # Why it waits `queued` beyond its turn: `daily_token_budget` (its tenant's writer tokens for the UTC
+    # day are spent; it is written once the day turns or the budget is raised). None: it waits its turn.
+    waiting_for: str | None = None
     # What the writer answered in the last failed attempt, for keys that may read memories.
     raw_output: str | None = None
     # The chunk's messages and metadata as posted, for keys that may read memories.
@@ -86,9 +90,10 @@ class ChunkStatus(msgspec.Struct):
     metadata: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, chunk: Any, *, may_read: bool) -> ChunkStatus:
-        """A chunk's progress; its messages, metadata and the writer's raw output (which may quote the
-        memories the writer was shown) only for keys that may read memories."""
+    def of(cls, chunk: Any, *, may_read: bool, progress: Any = None) -> ChunkStatus:
+        """A chunk's progress (`progress`: its writer, usage and wait as `ingest.services.progress`
+        read them; none: the row's); its messages, metadata and the writer's raw output (which may
+        quote the memories the writer was shown) only for keys that may read memories."""
         return cls(
             chunk_id=chunk.id,
             user_id=chunk.user_id,
@@ -99,10 +104,11 @@ class ChunkStatus(msgspec.Struct):
             attempts=chunk.attempts,
             error=chunk.last_error,
             changeset_id=chunk.changeset_id,
-            writer=chunk.writer,
+            writer=progress.writer if progress is not None else chunk.writer,
             received_at=chunk.received_at,
             applied_at=chunk.applied_at,
-            usage=chunk.usage,
+            usage=progress.usage if progress is not None else chunk.usage,
+            waiting_for=progress.waiting_for if progress is not None else None,
             raw_output=chunk.raw_output if may_read else None,
             messages=chunk.messages if may_read else None,
             metadata=chunk.metadata_ if may_read else None,

@@ -12,6 +12,8 @@ import hashlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -21,6 +23,8 @@ from app.db.models import Chunk
 from app.domain.ingest.repositories import ChunkRepository
 from app.domain.ingest.schemas import ChunkIn
 from app.domain.pipeline.finished import FinishedChunks
+from app.domain.pipeline.repositories import PipelineRepository
+from app.domain.pipeline.services.budgets import day_start
 from app.domain.pipeline.wakeups import ScopeWake, WakeReason, scope_wake
 from app.lib.errors import InvalidField, NotFoundError
 from app.lib.validation import encode_moment
@@ -114,6 +118,47 @@ async def _read(
     if len(found) < len(chunk_ids):  # one is not the tenant's (or does not exist): which, it need not know
         raise NotFoundError("No such chunk.")
     return [found[chunk_id] for chunk_id in chunk_ids]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a chunk's status says beyond its row: who wrote it and what all its writer calls cost (an
+    applied chunk's changeset, with its failed attempts'), and why a queued chunk waits, if not for its
+    turn: `daily_token_budget` (its tenant's budget for the UTC day is spent)."""
+
+    writer: str | None
+    usage: dict[str, Any]
+    waiting_for: str | None = None
+
+
+async def progress(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID, chunks: Sequence[Chunk]
+) -> list[Progress]:
+    """Each chunk's `Progress`, in a session of its own (`progress_in`)."""
+    async with sessionmaker() as session:
+        return await progress_in(session, tenant_id, chunks)
+
+
+async def progress_in(session: AsyncSession, tenant_id: uuid.UUID, chunks: Sequence[Chunk]) -> list[Progress]:
+    """Each chunk's `Progress`: one read of the applied ones' changesets, and of the tenant's budget if
+    one waits queued."""
+    written = await ChunkRepository(session).written(chunks)
+    waiting = None
+    if any(c.status == "queued" for c in chunks):
+        budget, spent = await PipelineRepository(session).tokens_today(
+            tenant_id, day_start(datetime.now(UTC))
+        )
+        if budget is not None and spent >= budget:
+            waiting = "daily_token_budget"
+    out = []
+    for chunk in chunks:
+        writer, usage = written.get(chunk.id, (chunk.writer, {}))
+        total = dict(usage)
+        for key, value in (chunk.usage or {}).items():  # its failed attempts' calls
+            if isinstance(value, int | float) and isinstance(total.get(key, 0), int | float):
+                total[key] = total.get(key, 0) + value
+        out.append(Progress(writer, total, waiting if chunk.status == "queued" else None))
+    return out
 
 
 async def get_chunk(session: AsyncSession, tenant_id: uuid.UUID, chunk_id: uuid.UUID) -> Chunk:

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import contextvars
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -157,7 +157,7 @@ class Applier:
             still_ours = await PipelineRepository(session).mark_applied(claims)
             live = [r for r in results if r.chunk.id in still_ours]
             vectors = {text: vector for r in live for text, vector in r.vectors.items()}
-            outcomes = await apply_many(session, [r.request for r in live], vectors)
+            outcomes = await apply_many(session, [_counted(r) for r in live], vectors)
             await WriterViewRepository(session).insert_many(
                 [writer_view(r, outcome) for r, outcome in zip(live, outcomes, strict=True)]
             )
@@ -249,3 +249,10 @@ def _settle(waiting: _Waiting, outcome: ApplyOutcome | None = None, exc: BaseExc
         waiting.done.set_exception(exc)
     else:
         waiting.done.set_result(outcome)
+
+
+def _counted(result: Result) -> ApplyRequest:
+    """The request with the texts embedded for it added to its usage (`embedder_texts`): what the
+    changeset records its apply cost, read by the usage reports (`GET /v1/admin/usage`)."""
+    usage = {**(result.request.usage or {}), "embedder_texts": len(result.vectors)}
+    return replace(result.request, usage=usage)

@@ -24,6 +24,7 @@ from app.db.tenancy import tenant_scope
 from app.domain.pipeline.repositories import PipelineRepository
 from app.domain.pipeline.scheduler import FairScheduler, Shares, Turn
 from app.domain.pipeline.services import PipelineDeps, ScopeRun, take_up_scope
+from app.domain.pipeline.services.budgets import shares_of
 from app.domain.pipeline.wakeups import WakeReason, scope_wake, wake
 from app.lib import metrics
 from app.lib.errors import is_db_outage
@@ -93,12 +94,14 @@ async def run_turn(ctx: WorkerContext, turn: Turn) -> dict[str, Any]:
         with tenant_scope([tenant_id]):
             async with AsyncSession(deps.reads) as session:
                 options = await deps.tenants.get(session, tenant_id)
-                shares = await deps.shares.of(session, tenant_id, options)
+                shares = await shares_of(session, tenant_id, options)
         if shares.paused_until_ms:
             metrics.SCHEDULER_TURNS.labels("paused").inc()
             log.info("scope.budget_spent", until_ms=shares.paused_until_ms)
             return {"paused_until_ms": shares.paused_until_ms}
-        until = time.monotonic() + deps.settings.scheduler_turn_s
+        # A tenant with a budget is served a chunk a turn, its spending read again before each.
+        budgeted = options.daily_token_budget is not None
+        until = time.monotonic() + (0 if budgeted else deps.settings.scheduler_turn_s)
         run = await take_up_scope(deps, tenant_id, user_id, until=until)
         metrics.SCHEDULER_TURNS.labels("served" if run.served else "idle").inc()
         return run.summary()

@@ -281,6 +281,10 @@ class Turn:
         return float(self.score) >= BAND
 
 
+# The tenant settings the scheduler holds (`Shares`): a change of one is passed on to it at once.
+SHARES = ("write_weight", "max_writer_concurrency", "daily_token_budget")
+
+
 @dataclass(frozen=True)
 class Shares:
     """What the scheduler holds of a tenant's settings: its weight, its cap on scopes at once (0: none)

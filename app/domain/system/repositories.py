@@ -24,6 +24,8 @@ _SCRAPE = text(
     " FROM memstore_backlog() b CROSS JOIN memstore_operator_gauges() g"
 )
 _TENANTS = text("SELECT * FROM memstore_operator_status()")
+# The tenants waiting longest, bounded (migration 0019): the per-tenant series of a scrape.
+_TENANT_BACKLOG = text("SELECT * FROM memstore_tenant_backlog(:p_limit, :p_day)")
 _FAILED = text("SELECT tenant_id, tenant, error, chunks, newest_at FROM memstore_failed_chunks()")
 _WRITERS = text("SELECT * FROM memstore_writer_stats(:p_window_s, :p_default_writer)")
 
@@ -42,6 +44,24 @@ class OperatorGauges:
     reviews_waiting: int
     review_oldest_age_s: float
     audit_unsealed_age_s: float
+
+
+@dataclass(frozen=True)
+class TenantBacklog:
+    """A tenant among those waiting longest: its waiting chunks, the oldest's age, and its budget and
+    writer tokens today if it has a budget."""
+
+    tenant_id: uuid.UUID
+    tenant: str
+    queued: int
+    oldest_queued_age_s: float
+    daily_token_budget: int | None
+    tokens_today: int | None
+
+
+async def tenant_backlog(session: AsyncSession, limit: int, day: datetime) -> list[TenantBacklog]:
+    rows = await session.execute(_TENANT_BACKLOG, {"p_limit": limit, "p_day": day})
+    return [TenantBacklog(*row) for row in rows]
 
 
 @dataclass(frozen=True)

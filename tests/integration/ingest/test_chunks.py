@@ -8,7 +8,6 @@ import uuid
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import func, select
@@ -16,9 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.models import AuditEvent, Chunk
-from app.lib.queue import QUEUE_NAME
+from app.domain.pipeline.scheduler import queues
+from app.lib.queue import create_redis
 from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer
+from tests.support.waiting import wait_for
 
 Client = AsyncTestClient[Litestar]
 
@@ -48,10 +49,10 @@ async def count(sessionmaker: async_sessionmaker[AsyncSession], model: Any = Chu
         return int(await session.scalar(select(func.count()).select_from(model)) or 0)
 
 
-async def queued_jobs(redis_url: str) -> int:
-    client = aioredis.from_url(redis_url)
+async def scopes_ready(redis_url: str) -> int:
+    client = create_redis(redis_url)
     try:
-        return int(await client.zcard(QUEUE_NAME))
+        return sum(q.ready for q in await queues(client))
     finally:
         await client.aclose()
 
@@ -81,9 +82,8 @@ async def test_accepted_chunk_is_durable_and_numbered(
         assert stored.agent_id == "bot"
         actions = (await session.scalars(select(AuditEvent.action))).all()
     assert actions.count("chunk.accepted") == 3
-    # One wake-up job per scope waiting for its drain, enqueued after the commit: u-1's two chunks
-    # share one.
-    assert await queued_jobs(redis_url) == 2
+    # Each scope made ready once in the fair scheduler, after the commit: u-1's two chunks share one.
+    assert await wait_for(lambda: scopes_ready(redis_url), lambda n: n >= 2, timeout_s=5, what="ready") == 2
 
     status = await client.get(f"/v1/chunks/{body['chunk_id']}", headers=headers)
     assert status.status_code == 200
@@ -201,7 +201,7 @@ async def test_bad_input_is_rejected_and_changes_nothing(
     assert response.status_code == status, response.text
     assert response.json()["error"]["code"] == code
     assert await count(sessionmaker) == 0
-    assert await queued_jobs(redis_url) == 0
+    assert await scopes_ready(redis_url) == 0
 
 
 async def test_limits_are_enforced(
@@ -225,7 +225,7 @@ async def test_limits_are_enforced(
         assert response.status_code == 422
         assert response.json()["error"]["details"]["field"] == "messages[0].content"
     assert await count(sessionmaker) == 0
-    assert await queued_jobs(redis_url) == 0
+    assert await scopes_ready(redis_url) == 0
 
 
 async def test_roles_and_tenants(client: Client, tenant: TenantKeys, other_tenant: TenantKeys) -> None:

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from tests.conftest import FAST_WORKERS, TenantKeys, bearer, writers_toml
+from tests.conftest import FAST_WORKERS, TenantKeys, bearer, make_tenant, writers_toml
 from tests.support.fake_llm import FakeLLM, Reply, protocol_responder
 from tests.support.live import live_api
 from tests.support.prometheus import (
@@ -28,6 +28,7 @@ from tests.support.prometheus import (
     dashboard_targets,
     running_prometheus,
 )
+from tests.support.waiting import wait_for
 from tests.support.workers import running_worker, wait_for_chunks, wait_until
 
 pytestmark = pytest.mark.skipif(
@@ -105,6 +106,20 @@ async def _drive(http: httpx.AsyncClient, tenant: TenantKeys) -> int:
     return accepted
 
 
+async def _spend_a_budget(http: httpx.AsyncClient, tenant: TenantKeys) -> list[str]:
+    """A tenant with a daily token budget of one token: its first chunk spends it, its second waits (the
+    per-tenant panels: chunks waiting, the oldest's age, the budget spent). The chunks' ids."""
+    response = await http.patch("/v1/admin/settings", json={"daily_token_budget": 1}, headers=tenant.admin)
+    assert response.status_code == 200, response.text
+    ids = []
+    for text in ("I live in Porto.", "I like sardines."):
+        body = {"user_id": "frugal", "messages": [{"role": "user", "content": text}]}
+        response = await http.post("/v1/chunks", json=body, headers=tenant.admin)
+        assert response.status_code == 202, response.text
+        ids.append(response.json()["chunk_id"])
+    return ids
+
+
 async def _search(http: httpx.AsyncClient, tenant: TenantKeys, fake: FakeLLM) -> None:
     for i in range(6):
         body = {"user_id": f"u{i}", "query": f"Where does the user live? {i}"}
@@ -165,6 +180,14 @@ async def test_every_panel_of_the_dashboard_has_data(
             accepted = await _drive(http, tenant)
             await wait_for_chunks(sessionmaker, tenant.tenant_id, accepted, timeout_s=30)
             await _search(http, tenant, fake)
+            frugal = await make_tenant(sessionmaker, "frugal")
+            _, waiting = await _spend_a_budget(http, frugal)
+            await wait_for(
+                lambda: http.get(f"/v1/chunks/{waiting}", headers=frugal.admin),
+                lambda r: r.json().get("waiting_for") == "daily_token_budget",
+                timeout_s=30,
+                what="the second chunk waiting for the budget",
+            )
 
             # Rates need two samples of a series (a failure counted last, too); the rules a few
             # evaluations after that.

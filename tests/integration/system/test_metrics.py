@@ -51,7 +51,10 @@ async def test_metrics_follow_the_backlog_and_the_workers(
     assert sample(now, "memstore_queue_depth", status="queued") == 3
     assert sample(now, "memstore_queue_depth", status="processing") == 0
     assert sample(now, "memstore_chunk_lag_seconds") > 0
-    assert sample(now, "memstore_redis_queue_jobs") == 1  # one scope's three chunks: one drain job
+    assert sample(now, "memstore_scheduler_scopes_ready") == 1  # one scope's three chunks: ready once
+    assert sample(now, "memstore_scheduler_tenants_paused") == 0
+    assert sample(now, "memstore_tenant_queued_chunks", tenant="acme") == 3
+    assert sample(now, "memstore_tenant_oldest_queued_seconds", tenant="acme") > 0
     posted = {"method": "POST", "route": "/v1/chunks", "status": "202"}
     assert (
         sample(now, "memstore_http_requests_total", **posted)

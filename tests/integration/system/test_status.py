@@ -130,7 +130,9 @@ async def test_status_shows_the_queues_failures_reviews_and_workers_as_they_are(
     assert found["workers"] == []
     redis = create_redis(str(status_settings.redis_url))
     try:
-        assert found["queue_jobs"] == await redis.zcard(QUEUE_NAME) >= 1  # the other tenant's drain job
+        assert found["queue_jobs"] == await redis.zcard(QUEUE_NAME)  # the crons'
+        assert found["scopes_ready"] >= 1  # the other tenant's scope, waiting for a worker
+        assert found["tenants_paused"] == 0
     finally:
         await redis.aclose()
 

@@ -19,7 +19,7 @@ The rooms, each importing only those listed above it:
 - `scope_run` — what one drain of a scope did (`ScopeRun`);
 - `budgets` — a tenant's shares for the fair scheduler, paused while its daily token budget is spent;
 - `deps` — what a worker process shares between its jobs (`PipelineDeps`), and its caches and rules:
-  tenants' options and shares, the outage clock, the limits policy;
+  tenants' options, the outage clock, the limits policy;
 - `writer_view` — what a claimed chunk's writer is shown (`build_request`);
 - `failures` — a failed attempt, a fault outside Postgres, a claim given back, recorded on the chunk;
 - `drain` — taking up and draining a scope, a chunk at a time (`take_up_scope`, `process_scope`);

@@ -22,7 +22,6 @@ from app.domain.pipeline.applier import Applier
 from app.domain.pipeline.finished import ChunkAnnouncer
 from app.domain.pipeline.locks import ScopeLocks
 from app.domain.pipeline.repositories import PipelineRepository, TenantOptions
-from app.domain.pipeline.services.budgets import TenantShares
 from app.domain.pipeline.services.faults import outage_backoff
 from app.domain.search.services import Searcher
 from app.embeddings import Embedder, EmbedderCounts, embedder_counts
@@ -139,7 +138,6 @@ class PipelineDeps:
     # Announces the chunks it finishes to the API processes' waiting reads (the worker's; none elsewhere).
     announcer: ChunkAnnouncer | None = None
     tenants: TenantOptionsCache = field(default_factory=TenantOptionsCache)
-    shares: TenantShares = field(default_factory=TenantShares)
     outage: OutageClock = field(init=False)
     policy: LimitsPolicy = field(init=False)
     locks: ScopeLocks = field(init=False)
