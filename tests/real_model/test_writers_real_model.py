@@ -361,7 +361,7 @@ async def test_profile_with_a_real_model(
         pytest.fail(
             f"{profile}: {report['applied']} of {len(chunk_rows)} chunks applied, below the minimum of "
             f"{minimum} this model reaches (conftest.MIN_APPLIED); the model's own failures "
-            f"({len(failures['model'])}):\n" + "\n".join(f"  {line}" for line in failures["model"]),
+            f"({len(failures['model'])}):\n" + "\n".join(f"  {f}" for f in failures["model"] or ["none"]),
             pytrace=False,
         )
 
