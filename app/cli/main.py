@@ -392,7 +392,11 @@ def tenants_set(
         if settings.redis_url and changes:
             redis = create_redis(settings.redis_url)
             try:
-                shares = Shares(weight=out.write_weight, cap=out.max_writer_concurrency or 0)
+                shares = Shares(
+                    weight=out.write_weight,
+                    cap=out.max_writer_concurrency or 0,
+                    budgeted=out.daily_token_budget is not None,
+                )
                 await configure(redis, out.tenant_id, shares)
             finally:
                 await redis.aclose()

@@ -217,5 +217,9 @@ class TenantSettingsController(Controller):
         if not changes.keys() & set(SHARES):
             return Response(out)
         # After the commit, the scheduler holds the new shares (a raised budget unpauses the tenant).
-        shares = Shares(weight=out.write_weight, cap=out.max_writer_concurrency or 0)
+        shares = Shares(
+            weight=out.write_weight,
+            cap=out.max_writer_concurrency or 0,
+            budgeted=out.daily_token_budget is not None,
+        )
         return Response(out, background=BackgroundTask(configure, job_queue.redis, tenant.id, shares))

@@ -94,13 +94,13 @@ async def run_turn(ctx: WorkerContext, turn: Turn) -> dict[str, Any]:
         with tenant_scope([tenant_id]):
             async with AsyncSession(deps.reads) as session:
                 options = await deps.tenants.get(session, tenant_id)
-                shares = await shares_of(session, tenant_id, options)
+                shares = await shares_of(session, tenant_id, options, budgeted=turn.budgeted)
         if shares.paused_until_ms:
             metrics.SCHEDULER_TURNS.labels("paused").inc()
             log.info("scope.budget_spent", until_ms=shares.paused_until_ms)
             return {"paused_until_ms": shares.paused_until_ms}
         # A tenant with a budget is served a chunk a turn, its spending read again before each.
-        budgeted = options.daily_token_budget is not None
+        budgeted = shares.budgeted
         until = time.monotonic() + (0 if budgeted else deps.settings.scheduler_turn_s)
         run = await take_up_scope(deps, tenant_id, user_id, until=until)
         metrics.SCHEDULER_TURNS.labels("served" if run.served else "idle").inc()

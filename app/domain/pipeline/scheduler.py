@@ -18,8 +18,10 @@ call: the scripts below run atomically):
 - `tenants`: tenants with ready scopes, by pass; `parked`: tenants paused (budget), until when;
 - `ready:<tenant>`: the tenant's ready scopes by `band * BAND + pass` (band 0 live, 1 backfill);
 - `running:<tenant>`: scopes taken, by when their lease lapses (a killed worker's share comes back);
-- `params:<tenant>`: weight `w`, cap `c` (0: none), paused until `p` (ms), as the workers last read
-  them from the tenant's settings (`PATCH /v1/admin/settings` writes them at once);
+- `params:<tenant>`: weight `w`, cap `c` (0: none), paused until `p` (ms): the weight and cap as the
+  settings said them (`PATCH /v1/admin/settings`, `memstore tenants set` write them at once; a turn
+  restores them from the tenant's settings once they lapse, after 5 minutes or a flush), the pause as a
+  worker last found the tenant's budget;
 - `due`: scopes to wake later (a backoff), by when; `vt`, `tpass`, `uvt`, `taken:<tenant>`: the
   virtual times; `owner:<tenant>`: the worker running each taken scope. A killed worker's turns lapse
   with their lease, or sooner when the sweeper finds their scope untouched and the worker's heartbeat
@@ -61,6 +63,9 @@ SCAN = 64
 _LIB = """
 local P = 'memstore:fair:'
 local BAND = 1e12
+-- A tenant's weight and cap stand this long (s) from when its settings said them; then the next turn
+-- brings them again from the settings (as its worker read them, at most a TTL of the options' cache old).
+local PARAMS_TTL = 300
 local function num(v, default) return tonumber(v) or default end
 local function activate(t)
   if redis.call('ZSCORE', P .. 'tenants', t) or redis.call('ZSCORE', P .. 'parked', t) then return end
@@ -110,8 +115,9 @@ return 1
 """
 )
 
-# ARGV: slots, now (ms), lease (ms), scan, the worker's name. Returns (tenant, user, score) per scope
-# taken.
+# ARGV: slots, now (ms), lease (ms), scan, the worker's name. Returns (tenant, user, score, budgeted)
+# per scope taken: budgeted, whether the tenant's settings have a daily token budget (fresher than a
+# worker's cached read of them: a budget just set holds from the next turn).
 _TAKE = (
     _LIB
     + """
@@ -131,7 +137,7 @@ local function leave(t, pass)
   redis.call('ZREM', P .. 'tenants', t)
   redis.call('HSET', P .. 'tpass', t, pass)
 end
-while #out < 3 * n do
+while #out < 4 * n do
   local heads = redis.call('ZRANGE', P .. 'tenants', 0, scan - 1, 'WITHSCORES')
   local picked = false
   for i = 1, #heads, 2 do
@@ -170,6 +176,7 @@ while #out < 3 * n do
               leave(t, tp + 1 / w)
             end
             out[#out + 1] = t; out[#out + 1] = u; out[#out + 1] = us
+            out[#out + 1] = redis.call('HGET', P .. 'params:' .. t, 'b') or '0'
             picked = true
             break
           end
@@ -184,7 +191,7 @@ return out
 )
 
 # ARGV: tenant, user, score when taken, chunks served, more (1/0), due (ms, 0: none), now (ms),
-# then weight, cap, paused until (ms) — or '' for "unchanged".
+# then weight, cap, paused until (ms), budgeted (1/0) — or '' for "unchanged".
 _DONE = (
     _LIB
     + """
@@ -193,7 +200,16 @@ local more, due, now = ARGV[5] == '1', tonumber(ARGV[6]), tonumber(ARGV[7])
 redis.call('ZREM', P .. 'running:' .. t, u)
 redis.call('HDEL', P .. 'taken:' .. t, u)
 redis.call('HDEL', P .. 'owner:' .. t, u)
-if ARGV[8] ~= '' then redis.call('HSET', P .. 'params:' .. t, 'w', ARGV[8], 'c', ARGV[9], 'p', ARGV[10]) end
+if ARGV[8] ~= '' then
+  -- The pause is the worker's to decide; the weight and cap are the settings' (`configure`), which a
+  -- worker's cached read only restores when Redis lost them.
+  local key = P .. 'params:' .. t
+  redis.call('HSETNX', key, 'w', ARGV[8])
+  redis.call('HSETNX', key, 'c', ARGV[9])
+  redis.call('HSETNX', key, 'b', ARGV[11])
+  redis.call('HSET', key, 'p', ARGV[10])
+  if redis.call('TTL', key) < 0 then redis.call('EXPIRE', key, PARAMS_TTL) end
+end
 local w = num(redis.call('HGET', P .. 'params:' .. t, 'w'), 1)
 if cost > 1 then
   local extra = (cost - 1) / w
@@ -216,13 +232,14 @@ return 1
 """
 )
 
-# ARGV: tenant, weight, cap, paused until (ms). A tenant's settings changed: they hold at once, and a
-# tenant no longer paused is served again.
+# ARGV: tenant, weight, cap, paused until (ms), budgeted (1/0). A tenant's settings changed: they hold
+# at once, and a tenant no longer paused is served again.
 _CONFIGURE = (
     _LIB
     + """
 local t = ARGV[1]
-redis.call('HSET', P .. 'params:' .. t, 'w', ARGV[2], 'c', ARGV[3], 'p', ARGV[4])
+redis.call('HSET', P .. 'params:' .. t, 'w', ARGV[2], 'c', ARGV[3], 'p', ARGV[4], 'b', ARGV[5])
+redis.call('EXPIRE', P .. 'params:' .. t, PARAMS_TTL)
 if tonumber(ARGV[4]) == 0 and redis.call('ZSCORE', P .. 'parked', t) then
   redis.call('ZREM', P .. 'parked', t)
   if redis.call('EXISTS', P .. 'ready:' .. t) == 1 then activate(t) end
@@ -275,6 +292,7 @@ class Turn:
     tenant_id: uuid.UUID
     user_id: str
     score: str
+    budgeted: bool = False  # the tenant has a daily token budget, as its settings last told the scheduler
 
     @property
     def backfill(self) -> bool:
@@ -293,6 +311,7 @@ class Shares:
     weight: float = 1.0
     cap: int = 0
     paused_until_ms: int = 0
+    budgeted: bool = False  # it has a daily token budget (whether or not spent)
 
 
 @dataclass(frozen=True)
@@ -333,7 +352,10 @@ class FairScheduler:
             log.warning("scheduler.take_failed", error=type(exc).__name__)
             return []
         values = [v.decode() if isinstance(v, bytes) else str(v) for v in found or []]
-        return [Turn(uuid.UUID(values[i]), values[i + 1], values[i + 2]) for i in range(0, len(values), 3)]
+        return [
+            Turn(uuid.UUID(values[i]), values[i + 1], values[i + 2], values[i + 3] == "1")
+            for i in range(0, len(values), 4)
+        ]
 
     async def done(
         self,
@@ -346,9 +368,9 @@ class FairScheduler:
     ) -> None:
         """A turn is over: charge the tenant (and user) for the chunks it served, make the scope ready
         again if it has `more`, or due at `due_ms`; `shares`: the tenant's settings as just read."""
-        params: tuple[Any, ...] = ("", "", "")
+        params: tuple[Any, ...] = ("", "", "", "")
         if shares is not None:
-            params = (repr(float(shares.weight)), shares.cap, shares.paused_until_ms)
+            params = (repr(float(shares.weight)), shares.cap, shares.paused_until_ms, int(shares.budgeted))
         call = _call(
             _DONE,
             turn.tenant_id,
@@ -370,7 +392,14 @@ class FairScheduler:
 async def configure(redis: ArqRedis, tenant_id: uuid.UUID, shares: Shares) -> bool:
     """A tenant's settings changed: the scheduler holds them from its next pick. Whether Redis had
     them (without it, the next turn a worker runs for the tenant brings them)."""
-    call = _call(_CONFIGURE, tenant_id, repr(float(shares.weight)), shares.cap, shares.paused_until_ms)
+    call = _call(
+        _CONFIGURE,
+        tenant_id,
+        repr(float(shares.weight)),
+        shares.cap,
+        shares.paused_until_ms,
+        int(shares.budgeted),
+    )
     try:
         await run_call(redis, call)
     except (RedisError, OSError) as exc:

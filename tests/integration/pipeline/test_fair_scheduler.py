@@ -178,3 +178,20 @@ async def test_a_dead_workers_turn_is_revived_by_the_sweeper_a_live_ones_is_not(
     assert sorted(who(taken)) == [(A, "ann"), (A, "bob")]
     await make_ready(redis, A, ["ann", "bob"], revive=True)  # the sweeper finds both untouched
     assert who(await scheduler.take(5)) == who(taken[:1])
+
+
+async def test_a_workers_stale_read_of_the_settings_does_not_undo_a_weight_just_set(
+    redis: ArqRedis, scheduler: FairScheduler
+) -> None:
+    """Workers cache a tenant's settings a while: a turn's end that carries the old weight leaves the one
+    the settings API just gave the scheduler."""
+    await configure(redis, A, Shares(weight=3.0))
+    await make_ready(redis, A, [f"a{n}" for n in range(40)])
+    await make_ready(redis, B, [f"b{n}" for n in range(40)])
+    served: Counter[uuid.UUID] = Counter()
+    for _ in range(100):
+        for turn in await scheduler.take(4):
+            served[turn.tenant_id] += 1
+            await scheduler.done(turn, served=1, more=True, shares=Shares(weight=1.0))  # the stale read
+    print(f"turns A:B = {served[A]}:{served[B]}")
+    assert 2.7 <= served[A] / served[B] <= 3.3, served

@@ -1,7 +1,8 @@
 """What the fair scheduler holds of a tenant (`scheduler.Shares`), as a worker reads it before a turn:
 its weight and cap from its settings, and a pause while its daily token budget is spent.
 
-A budget is read fresh before each turn of a tenant that has one (its value and the tokens spent today,
+A budget is read fresh before each turn of a tenant that has one (by its settings as the worker cached
+them, or as the scheduler was told at once when they changed) (its value and the tokens spent today,
 one statement), and such a tenant is served a chunk a turn: a raised budget holds from the next turn, and
 a tenant without a budget costs nothing here. The writer calls in flight when a budget runs out finish
 and are applied, so a budget can be passed by at most the tenant's calls in flight
@@ -29,10 +30,14 @@ def day_start(now: datetime) -> datetime:
     return now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-async def shares_of(session: AsyncSession, tenant_id: uuid.UUID, options: TenantOptions) -> Shares:
-    """The tenant's shares now; paused (until the day turns, or `RECHECK_S`) if its budget is spent."""
+async def shares_of(
+    session: AsyncSession, tenant_id: uuid.UUID, options: TenantOptions, *, budgeted: bool = False
+) -> Shares:
+    """The tenant's shares now; paused (until the day turns, or `RECHECK_S`) if its budget is spent.
+    `budgeted`: the scheduler knows of a budget the cached `options` may not show yet."""
     paused_until_ms = 0
-    if options.daily_token_budget is not None:
+    budget: int | None = None
+    if options.daily_token_budget is not None or budgeted:
         now = datetime.now(UTC)
         budget, spent = await PipelineRepository(session).tokens_today(tenant_id, day_start(now))
         if budget is not None and spent >= budget:
@@ -42,4 +47,5 @@ async def shares_of(session: AsyncSession, tenant_id: uuid.UUID, options: Tenant
         weight=options.write_weight,
         cap=options.max_writer_concurrency or 0,
         paused_until_ms=paused_until_ms,
+        budgeted=budget is not None,
     )
