@@ -20,6 +20,7 @@ from tests.conftest import TenantKeys
 from tests.integration.search.test_search import add as add_memories
 from tests.support.history import db_now
 from tests.support.live import free_port, live_api
+from tests.support.waiting import wait_for
 from tests.support.workers import running_worker, wait_for_chunks, wait_until
 from tests.support.writers import PLUGINS
 
@@ -330,3 +331,51 @@ async def _audit(settings: Settings, tenant: TenantKeys) -> list[dict[str, objec
             "items"
         ]
         return items
+
+
+async def test_usage_shows_what_the_writes_cost_and_the_writer_share_pauses_and_resumes_a_tenant(
+    page: Page, settings: Settings, tenant: TenantKeys, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """The Usage page: the tenant's writes by day and writer; its writer share, set from the page (a
+    budget of 0 tokens holds its chunks back, shown waiting for it; cleared, they are written)."""
+    async with (
+        live_api(settings) as base_url,
+        running_worker(settings),
+        httpx.AsyncClient(base_url=base_url, headers=tenant.admin) as http,
+    ):
+        await _say(http, tenant, "ida", "I live in Bergen.")
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 1, timeout_s=30)
+
+        await page.goto(f"{base_url}/admin/")
+        await page.get_by_label("Admin API key").fill(tenant.admin_key)
+        await page.keyboard.press("Enter")
+        await expect(page.get_by_role("heading", name="Users")).to_be_visible()
+        await page.get_by_role("link", name="Usage").click()
+        await expect(page.get_by_role("heading", name="Usage")).to_be_visible()
+        table = page.locator("table", has_text="by day and writer")
+        await expect(table.locator("tbody tr")).to_have_count(1)
+        await expect(table.locator("tbody tr td").nth(1)).to_have_text("offline")
+        await expect(table.locator("tbody tr td").nth(2)).to_have_text("1")
+        await expect(page.locator("#budget-today")).to_contain_text("no daily budget")
+
+        await page.get_by_label("Writer tokens a UTC day").fill("0")
+        await page.get_by_role("button", name="Save").click()
+        await expect(page.locator("#budget-today")).to_contain_text("spent")
+        await _say(http, tenant, "ida", "I like skiing.")
+        await page.get_by_role("link", name="Usage").click()
+        waiting = page.locator("section", has_text="Chunks waiting for the budget")
+        # A chunk waits for the budget as soon as it is queued; the page, read again, lists it.
+        await wait_for(
+            lambda: http.get("/v1/admin/chunks", params={"status": "queued"}),
+            lambda r: any(c["waiting_for"] for c in r.json()["items"]),
+            timeout_s=30,
+            what="the chunk queued, waiting for the budget",
+        )
+        await page.evaluate("() => window.dispatchEvent(new HashChangeEvent('hashchange'))")
+        await expect(waiting).to_contain_text("ida · chunk 2")
+        assert len(await _unlabelled(page)) == 0, await _unlabelled(page)
+
+        await page.get_by_label("Writer tokens a UTC day").fill("")
+        await page.get_by_role("button", name="Save").click()
+        await expect(page.locator("#budget-today")).to_contain_text("no daily budget")
+        await wait_for_chunks(sessionmaker, tenant.tenant_id, 2, timeout_s=30)

@@ -791,6 +791,95 @@
     show("Webhooks", ...(panels.length ? panels : [el("p", {}, "No webhook endpoint. Create one with POST /v1/admin/webhooks.")]));
   }
 
+  // --- usage and writer share -------------------------------------------------------------------------
+
+  async function usageView() {
+    const [settings, usage, queued] = await Promise.all([
+      api("GET", "/v1/admin/settings"),
+      api("GET", "/v1/admin/usage", { params: { limit: 100 } }),
+      api("GET", "/v1/admin/chunks", { params: { status: "queued", limit: 20 } }),
+    ]);
+    const number = (n) => (n === null || n === undefined ? "—" : Number(n).toLocaleString("en"));
+    const budget = settings.daily_token_budget;
+    const spent = budget !== null && usage.tokens_today >= budget;
+    const field = (name, label, value, hint) =>
+      el(
+        "p",
+        {},
+        el("label", { for: `share-${name}` }, label),
+        el("input", { id: `share-${name}`, name, type: "number", min: name === "write_weight" ? "0.001" : "0", step: "any", value: value ?? "", placeholder: hint })
+      );
+    const form = el(
+      "form",
+      {
+        class: "panel",
+        onsubmit: async (event) => {
+          event.preventDefault();
+          const body = {};
+          for (const name of ["write_weight", "max_writer_concurrency", "daily_token_budget"]) {
+            const raw = form.elements[name].value.trim();
+            body[name] = raw === "" ? null : Number(raw);
+          }
+          try {
+            await api("PATCH", "/v1/admin/settings", { body });
+            say("The writer share is saved.");
+            await usageView();
+          } catch (error) {
+            failed(error);
+          }
+        },
+      },
+      el("h3", {}, "Writer share"),
+      field("write_weight", "Weight (1: an equal share)", settings.write_weight, "1"),
+      field("max_writer_concurrency", "Writer calls in flight at most", settings.max_writer_concurrency, "no cap"),
+      field("daily_token_budget", "Writer tokens a UTC day", budget, "no budget"),
+      el("button", { type: "submit" }, "Save")
+    );
+    const rows = usage.items.map((r) =>
+      el(
+        "tr",
+        {},
+        el("td", {}, r.day || ""),
+        el("td", {}, r.writer || ""),
+        el("td", {}, number(r.chunks_applied)),
+        el("td", {}, number(r.model_calls)),
+        el("td", {}, number(r.prompt_tokens)),
+        el("td", {}, number(r.completion_tokens)),
+        el("td", {}, number(r.embedder_texts))
+      )
+    );
+    const waiting = queued.items.filter((c) => c.waiting_for);
+    show(
+      "Usage",
+      el(
+        "p",
+        { id: "budget-today", class: spent ? "error" : "" },
+        `Writer tokens today: ${number(usage.tokens_today)}`,
+        budget === null ? " (no daily budget)." : ` of ${number(budget)}${spent ? ": spent — chunks wait until the UTC day turns or the budget is raised." : "."}`
+      ),
+      form,
+      el(
+        "table",
+        {},
+        el("caption", {}, `Writes ${usage.since} to ${usage.until} (UTC), by day and writer`),
+        el(
+          "thead",
+          {},
+          el("tr", {}, ["Day", "Writer", "Chunks", "Model calls", "Prompt tokens", "Completion tokens", "Texts embedded"].map((h) => el("th", { scope: "col" }, h)))
+        ),
+        el("tbody", {}, rows.length ? rows : [el("tr", {}, el("td", { colspan: "7" }, "Nothing written in this window."))])
+      ),
+      waiting.length
+        ? el(
+            "section",
+            { class: "panel" },
+            el("h3", {}, "Chunks waiting for the budget"),
+            el("ul", {}, waiting.map((c) => el("li", {}, `${c.user_id} · chunk ${c.seq} · received ${when(c.received_at)} · waiting for ${c.waiting_for}`)))
+          )
+        : null
+    );
+  }
+
   // --- audit log ---------------------------------------------------------------------------------------
 
   async function auditView() {
@@ -870,6 +959,7 @@
       else if (parts[0] === "chunks") await chunksView();
       else if (parts[0] === "webhooks") await webhooksView();
       else if (parts[0] === "audit") await auditView();
+      else if (parts[0] === "usage") await usageView();
       else await usersView(params);
     } catch (error) {
       failed(error);
