@@ -37,6 +37,12 @@ RESPONSE_FORMAT = os.environ.get("MEMSTORE_REAL_MODEL_RESPONSE_FORMAT", "json_ob
 # complete items).
 MAX_TOKENS = int(os.environ.get("MEMSTORE_REAL_MODEL_MAX_TOKENS", "1024"))
 OUT_DIR = Path(os.environ.get("MEMSTORE_REAL_MODEL_OUT", ".real-model/out"))
+# How long a writer waits for one answer, and for a chunk's calls together. These catch a server that
+# hangs, not a slow one: on two cores shared with other work a 1,024-token answer took 270 s, and a
+# request the writer gives up on still holds the server (it answers one request at a time) while the
+# retry waits behind it. An answer that comes after the writer gave up counts as a transport failure.
+REQUEST_TIMEOUT_S = float(os.environ.get("MEMSTORE_REAL_MODEL_REQUEST_TIMEOUT_S", "600"))
+CHUNK_TIMEOUT_S = float(os.environ.get("MEMSTORE_REAL_MODEL_CHUNK_TIMEOUT_S", "1800"))
 # The model server's log (run.py sets it), whose last lines every transport failure shows.
 SERVER_LOG = os.environ.get("MEMSTORE_REAL_MODEL_SERVER_LOG", "")
 
@@ -88,6 +94,8 @@ class RecordingProxy:
             return web.Response(text=f"recording proxy: no answer from the model server: {error}", status=502)
         finally:
             record["elapsed_s"] = round(time.perf_counter() - started, 2)
+            if record["elapsed_s"] > REQUEST_TIMEOUT_S:
+                record["late"] = True  # the writer had given up on it (MEMSTORE_REAL_MODEL_REQUEST_TIMEOUT_S)
             self.exchanges.append(record)
 
     async def upstream_error(self) -> str | None:
@@ -151,7 +159,7 @@ def writers_file(tmp_path: Path, model_proxy: RecordingProxy) -> Path:
     JSON as RESPONSE_FORMAT says."""
     from app.writers.profiles import PROFILES
 
-    request_timeout = float(os.environ.get("MEMSTORE_REAL_MODEL_REQUEST_TIMEOUT_S", "180"))
+    request_timeout = REQUEST_TIMEOUT_S
     path = tmp_path / "writers.toml"
     path.write_text(
         "\n".join(
@@ -166,7 +174,7 @@ def writers_file(tmp_path: Path, model_proxy: RecordingProxy) -> Path:
 
 @pytest.fixture
 def real_settings(settings: Settings, writers_file: Path) -> Settings:
-    chunk_timeout = float(os.environ.get("MEMSTORE_REAL_MODEL_CHUNK_TIMEOUT_S", "600"))
+    chunk_timeout = CHUNK_TIMEOUT_S
     return settings.model_copy(
         update={
             "writers_file": writers_file,

@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV_DIR = ROOT / ".real-model"
 VENV_PYTHON = ENV_DIR / "venv" / "bin" / "python"
 OUT = Path(os.environ.get("MEMSTORE_REAL_MODEL_OUT", ENV_DIR / "out"))
-TOTAL_TIMEOUT_S = float(os.environ.get("MEMSTORE_REAL_MODEL_TOTAL_TIMEOUT_S", "5400"))
-EVAL_TIMEOUT_S = float(os.environ.get("MEMSTORE_REAL_MODEL_EVAL_TIMEOUT_S", "1800"))
+TOTAL_TIMEOUT_S = float(os.environ.get("MEMSTORE_REAL_MODEL_TOTAL_TIMEOUT_S", "7200"))
+EVAL_TIMEOUT_S = float(os.environ.get("MEMSTORE_REAL_MODEL_EVAL_TIMEOUT_S", "3600"))
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo10.json"
 # The references' prompts (mem0-v3's above all) run past 8,192 tokens.
 N_CTX = os.environ.get("MEMSTORE_REAL_MODEL_N_CTX", "16384")
@@ -296,9 +296,9 @@ def eval_env(base_url: str) -> dict[str, str]:
         "MEMSTORE_WRITER_RESPONSE_FORMAT": os.environ.get(
             "MEMSTORE_REAL_MODEL_RESPONSE_FORMAT", "json_object_schema"
         ),
-        "MEMSTORE_WRITER_REQUEST_TIMEOUT_S": "180",
-        "MEMSTORE_WRITER_TIMEOUT_S": "600",
-        "MEMSTORE_READER_TIMEOUT_S": "180",
+        "MEMSTORE_WRITER_REQUEST_TIMEOUT_S": os.environ.get("MEMSTORE_REAL_MODEL_REQUEST_TIMEOUT_S", "600"),
+        "MEMSTORE_WRITER_TIMEOUT_S": os.environ.get("MEMSTORE_REAL_MODEL_CHUNK_TIMEOUT_S", "1800"),
+        "MEMSTORE_READER_TIMEOUT_S": os.environ.get("MEMSTORE_REAL_MODEL_REQUEST_TIMEOUT_S", "600"),
         "MEMSTORE_LOG_FORMAT": "console",
     }
 

@@ -45,7 +45,7 @@ from tests.real_model.kinds import failure_kind
 from tests.support.workers import chunk_counts, running_worker
 
 LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo10.json"
-PROFILE_TIMEOUT_S = float(os.environ.get("MEMSTORE_REAL_MODEL_PROFILE_TIMEOUT_S", "1200"))
+PROFILE_TIMEOUT_S = float(os.environ.get("MEMSTORE_REAL_MODEL_PROFILE_TIMEOUT_S", "2400"))
 USER = "real-model-user"
 
 # Explicit first-person facts, a day after the LoCoMo session; the last one changes the first.
@@ -174,10 +174,11 @@ def test_failure_kinds() -> None:
 
 
 def transport_exchange(exchange: dict[str, Any]) -> bool:
-    """A request the server did not answer: no answer at all, or a 5xx that is not its refusal of the
-    response_format it was sent (which the writer answers by sending a weaker form, under `auto`)."""
+    """A request the server did not answer: no answer at all, none before the writer gave up on it, or
+    a 5xx that is not its refusal of the response_format it was sent (which the writer answers by
+    sending a weaker form, under `auto`)."""
     status = exchange.get("status")
-    if status is None:
+    if status is None or exchange.get("late"):
         return True
     if status < 500:
         return False
@@ -308,8 +309,9 @@ async def test_profile_with_a_real_model(
     # Every request the server did not answer, even one a retry made good, by the chunk it was for.
     unanswered = [
         f"request {i} ({chunk_of(e['request'], said)}): "
-        + (f"no answer: {e.get('error')}" if e.get("status") is None else f"HTTP {e['status']}: "
-           + json.dumps(e.get("response"), ensure_ascii=False)[:300])
+        + (f"no answer: {e.get('error')}" if e.get("status") is None
+           else f"answered after {e['elapsed_s']:g} s, when the writer had given up on it" if e.get("late")
+           else f"HTTP {e['status']}: " + json.dumps(e.get("response"), ensure_ascii=False)[:300])
         for i, e in enumerate(model_proxy.exchanges, 1)
         if transport_exchange(e)
     ]  # fmt: skip
