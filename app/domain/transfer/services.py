@@ -184,8 +184,10 @@ def _chunk_row(importer: Importer, c: ChunkRecord) -> dict[str, Any]:
         "idempotency_key": None,
         "body_hash": hashlib.sha256(body).hexdigest(),
         "writer": c.writer,
-        # A chunk the source had not finished is this instance's to write.
+        # A chunk the source had not finished is this instance's to write, as a backfill: behind the
+        # tenant's live chunks (`pipeline.scheduler`), also when the sweeper wakes it.
         "status": "queued" if c.status == "processing" else c.status,
+        "backfill": True,
         "attempts": c.attempts,
         "last_error": c.error,
         "changeset_id": importer.id(c.changeset_id),
