@@ -57,9 +57,13 @@ rules: prometheus ## Check the Prometheus rules and run their unit tests (promto
 	promtool check rules deploy/prometheus/memstore-rules.yml
 	promtool test rules deploy/prometheus/tests/*.yml
 
+# The suite's order: as written, by default. `make test PYTEST_ORDER=` shuffles it (pytest-randomly prints
+# its seed in the header); `make test PYTEST_ORDER=--randomly-seed=N` replays that order.
+PYTEST_ORDER ?= -p no:randomly
+
 .PHONY: test
 test: $(STAMP) browser prometheus ## Run the test suite (starts its own embedded Postgres + Redis; gets chromium and prometheus if missing)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_ORDER)
 
 .PHONY: contract
 contract: $(STAMP) ## The API contract: schemathesis, every check and phase, against a running `memstore up`
