@@ -113,6 +113,7 @@ CROSS_TENANT_FUNCTIONS = {
     "memstore_stranded_scopes": "reads chunks of every tenant (the sweeper)",
     "memstore_unsealed_audit_tenants": "reads audit_events of every tenant (the sealer)",
     "memstore_backlog": "reads chunks of every tenant (/metrics)",
+    "memstore_tenant_backlog": "reads chunks of every tenant, then the changesets of the few waiting longest",
     "memstore_shadow_backlog": "reads chunks of every shadow bank (/metrics)",
     "memstore_operator_status": "reads chunks, reviews, audit_events of every tenant, one probe each",
     "memstore_failed_chunks": "reads failed chunks of every tenant, one probe each",
