@@ -12,9 +12,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import httpx
 import msgspec
@@ -25,6 +25,11 @@ from app.cli import eval as eval_cli
 from app.cli import history, references, search, shadows, status, transfer, usage
 from app.config import Settings, get_settings
 from app.lib.logging import configure_logging
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+T = TypeVar("T")
 
 cli = typer.Typer(
     name="memstore",
@@ -296,31 +301,23 @@ def exec_(
     raise typer.Exit(code)
 
 
-@tenants_cli.command("create")
-def tenants_create(
-    name: Annotated[str, typer.Argument(help="Unique tenant name.")],
-    data_dir: Annotated[
-        Path | None, typer.Option(help="Embedded data directory, when no URL is set.")
-    ] = None,
-) -> None:
-    """Create a tenant and print its first admin key (shown once)."""
+def _in_one_transaction(data_dir: Path | None, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+    """`work` in one transaction as the tables' owner (MEMSTORE_ADMIN_DATABASE_URL, else the embedded
+    stack's); an error it answers (an `ApiError`) is its message and exit 1."""
     from app.db.engine import create_engine, create_sessionmaker
-    from app.domain.accounts.services import create_tenant
     from app.lib.embedded import database_only
     from app.lib.errors import ApiError
 
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format, process="cli")
 
-    async def run(database_url: str) -> str:
+    async def run(database_url: str) -> T:
         engine = create_engine(
             settings.model_copy(update={"database_url": database_url}), application_name="memstore-cli"
         )
         try:
             async with create_sessionmaker(engine)() as session, session.begin():
-                tenant, secret = await create_tenant(session, name, actor="cli")
-                typer.echo(f"tenant {tenant.name} ({tenant.id})", err=True)
-                return secret
+                return await work(session)
         finally:
             await engine.dispose()
 
@@ -329,11 +326,28 @@ def tenants_create(
             _embedded_refusal(),
             database_only(data_dir or settings.data_dir, settings.owner_database_url) as database_url,
         ):
-            secret = asyncio.run(run(database_url))
+            return asyncio.run(run(database_url))
     except ApiError as exc:
         typer.echo(exc.detail, err=True)
         raise typer.Exit(1) from exc
-    typer.echo(secret)
+
+
+@tenants_cli.command("create")
+def tenants_create(
+    name: Annotated[str, typer.Argument(help="Unique tenant name.")],
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Embedded data directory, when no URL is set.")
+    ] = None,
+) -> None:
+    """Create a tenant and print its first admin key (shown once)."""
+    from app.domain.accounts.services import create_tenant
+
+    async def create(session: AsyncSession) -> str:
+        tenant, secret = await create_tenant(session, name, actor="cli")
+        typer.echo(f"tenant {tenant.name} ({tenant.id})", err=True)
+        return secret
+
+    typer.echo(_in_one_transaction(data_dir, create))
 
 
 @tenants_cli.command("set")
@@ -358,16 +372,11 @@ def tenants_set(
     """Set a tenant's writer share as its operator, past what its own admin may give it; prints its
     settings. A running fleet holds the new shares at once when MEMSTORE_REDIS_URL reaches its Redis,
     else from the tenant's next turn (a paused tenant: within a minute)."""
-    from app.db.engine import create_engine, create_sessionmaker
     from app.domain.accounts.schemas import TenantSettings
     from app.domain.accounts.services import set_tenant_options, tenant_by_name
     from app.domain.pipeline.scheduler import Shares, configure
-    from app.lib.embedded import database_only
-    from app.lib.errors import ApiError
     from app.lib.queue import create_redis
 
-    settings = get_settings()
-    configure_logging(settings.log_level, settings.log_format, process="cli")
     changes: dict[str, object] = {}
     if write_weight is not None:
         changes["write_weight"] = None if write_weight == 1 else write_weight
@@ -376,21 +385,19 @@ def tenants_set(
     if daily_token_budget is not None:
         changes["daily_token_budget"] = None if daily_token_budget < 0 else daily_token_budget
 
-    async def run(database_url: str) -> TenantSettings:
-        engine = create_engine(
-            settings.model_copy(update={"database_url": database_url}), application_name="memstore-cli"
+    async def set_shares(session: AsyncSession) -> TenantSettings:
+        tenant = await tenant_by_name(session, name)
+        tenant = await set_tenant_options(
+            session, tenant_id=tenant.id, changes=changes, known=lambda _: True, actor="cli"
         )
-        try:
-            async with create_sessionmaker(engine)() as session, session.begin():
-                tenant = await tenant_by_name(session, name)
-                tenant = await set_tenant_options(
-                    session, tenant_id=tenant.id, changes=changes, known=lambda _: True, actor="cli"
-                )
-                out = TenantSettings.of(tenant)
-        finally:
-            await engine.dispose()
-        if settings.redis_url and changes:
-            redis = create_redis(settings.redis_url)
+        return TenantSettings.of(tenant)
+
+    out = _in_one_transaction(data_dir, set_shares)
+    redis_url = get_settings().redis_url
+    if redis_url and changes:  # a running fleet told at once
+
+        async def tell() -> None:
+            redis = create_redis(redis_url)
             try:
                 shares = Shares(
                     weight=out.write_weight,
@@ -400,17 +407,8 @@ def tenants_set(
                 await configure(redis, out.tenant_id, shares)
             finally:
                 await redis.aclose()
-        return out
 
-    try:
-        with (
-            _embedded_refusal(),
-            database_only(data_dir or settings.data_dir, settings.owner_database_url) as database_url,
-        ):
-            out = asyncio.run(run(database_url))
-    except ApiError as exc:
-        typer.echo(exc.detail, err=True)
-        raise typer.Exit(1) from exc
+        asyncio.run(tell())
     typer.echo(msgspec.json.encode(out).decode())
 
 
