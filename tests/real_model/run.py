@@ -340,6 +340,8 @@ def main() -> int:
             "-v",
             "-p",
             "no:cacheprovider",
+            "-p",
+            "no:randomly",  # the profiles in their order, run after run
             *sys.argv[1:],
         ]
         env = os.environ | {
