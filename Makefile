@@ -70,7 +70,7 @@ contract: $(STAMP) ## The API contract: schemathesis, every check and phase, aga
 	$(BIN)/python -m tests.contract.run
 
 .PHONY: test-real-model
-test-real-model: $(STAMP) ## Opt-in: every writer profile against a real small model on the CPU; fails unless each one writes (builds .real-model/ first)
+test-real-model: $(STAMP) ## Opt-in: every writer profile against a real small model on the CPU; fails unless each write path works (builds .real-model/ first)
 	$(BIN)/python tests/real_model/run.py
 
 .PHONY: lint
