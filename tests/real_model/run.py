@@ -213,7 +213,7 @@ def check_eval(report_path: Path, writers: list[str]) -> list[str]:
                 f"{figures['memories']} memories; failures: {figures['failures']}"
             )
         problems += [
-            f"{name}: a chunk got no answer from the server: {error[:300]}"
+            f"{name}: a chunk failed, not for the model's output: {error[:300]}"
             for error in figures["failures"]
             if failure_kind(error) != "model"
         ]
