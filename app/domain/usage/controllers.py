@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import date
-from typing import Annotated
+from typing import Annotated, Literal
 
 from litestar import Controller, get
 from litestar.di import NamedDependency
@@ -37,7 +37,7 @@ class UsageController(Controller):
         ] = None,
         until: Annotated[date | None, QueryParameter(description="Last UTC day (default: today).")] = None,
         group_by: Annotated[
-            list[str] | None,
+            list[Literal["day", "user", "writer"]] | None,
             QueryParameter(description="Any of day, user, writer (default: day and writer).", max_items=3),
         ] = None,
         limit: Limit = 100,

@@ -14,20 +14,11 @@ from app.domain.usage.repositories import GROUPS, UsageRepository
 from app.domain.usage.schemas import UsageReport, UsageRow
 from app.lib.errors import InvalidField
 
-# The longest window one report sums (days).
-MAX_DAYS = 366
-
 
 def window(since: date | None, until: date | None) -> tuple[date, date]:
-    """The report's UTC days: by default the last seven, today included; 422 when out of order or
-    longer than `MAX_DAYS`."""
+    """The report's UTC days: by default the last seven, today included (a `since` after `until`: none)."""
     until = until or datetime.now(UTC).date()
-    since = since or until - timedelta(days=6)
-    if since > until:
-        raise InvalidField("since must not be after until.", details={"field": "since"})
-    if (until - since).days >= MAX_DAYS:
-        raise InvalidField(f"A report spans at most {MAX_DAYS} days.", details={"field": "since"})
-    return since, until
+    return since or until - timedelta(days=6), until
 
 
 def groups(group_by: Sequence[str]) -> list[str]:
