@@ -90,7 +90,9 @@ if schemathesis is not None and os.environ.get(ENV_KEY_ID):
 
     @schemathesis.hook
     def after_call(context: Any, case: Any, response: Any) -> None:
-        """A rate the tenant set for itself goes back to the deployment's at once."""
+        """A rate, a cap or a budget the tenant set for itself goes back to the deployment's at once (a
+        budget of 0 would hold every later chunk of the run back, and a read waiting for one the whole
+        30 s)."""
         if case.operation.method.upper() != "PATCH" or case.operation.path != "/v1/admin/settings":
             return
         if response.status_code != 200:
@@ -99,22 +101,24 @@ if schemathesis is not None and os.environ.get(ENV_KEY_ID):
             body = response.json()
         except ValueError:
             return
-        if body.get("rate_limit_per_s") is None and body.get("rate_limit_burst") is None:
+        if all(body.get(name) is None for name in _RESET):
             return
-        _reset_rate_limit()
+        _reset_limits()
 
 
-def _reset_rate_limit() -> None:
+# The settings a run's tenant may set itself that would hold the rest of the run back.
+_RESET = ("rate_limit_per_s", "rate_limit_burst", "max_writer_concurrency", "daily_token_budget")
+
+
+def _reset_limits() -> None:
     url = os.environ[ENV_BASE] + "/v1/admin/settings"
     headers = {"Authorization": f"Bearer {os.environ[ENV_KEY]}"}
     for _ in range(5):
-        answer = httpx.patch(
-            url, json={"rate_limit_per_s": None, "rate_limit_burst": None}, headers=headers, timeout=30
-        )
+        answer = httpx.patch(url, json=dict.fromkeys(_RESET), headers=headers, timeout=30)
         if answer.status_code == 200:
             return
         time.sleep(min(float(answer.headers.get("Retry-After", "1") or 1), 5.0))
-    print(f"[contract] could not reset the tenant's rate limit: {answer.status_code}", flush=True)
+    print(f"[contract] could not reset the tenant's limits: {answer.status_code}", flush=True)
 
 
 # --- the runner -------------------------------------------------------------------------------------
