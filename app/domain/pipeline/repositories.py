@@ -228,13 +228,17 @@ _TENANT_OPTIONS = select(
 _TOKENS = (
     "coalesce((usage ->> 'prompt_tokens')::bigint, 0) + coalesce((usage ->> 'completion_tokens')::bigint, 0)"
 )
+# Its budget, and (for a tenant with one, or when asked) what it spent: the sums are not computed when
+# the CASE does not reach them (uncorrelated subqueries run when first needed).
 _TOKENS_TODAY = text(
-    f"""SELECT (SELECT (settings ->> 'daily_token_budget')::bigint FROM tenants WHERE id = :p_tenant_id),
-    (SELECT coalesce(sum({_TOKENS}), 0) FROM changesets
-     WHERE tenant_id = :p_tenant_id AND kind = 'writer' AND created_at >= :p_day)
-    + (SELECT coalesce(sum({_TOKENS}), 0) FROM chunks
-       WHERE tenant_id = :p_tenant_id AND status IN ('queued', 'processing', 'failed')
-         AND updated_at >= :p_day AND usage <> '{{}}'::jsonb)"""  # noqa: S608  (constants only)
+    f"""SELECT b.budget, CASE WHEN b.budget IS NULL AND NOT :p_always THEN 0 ELSE
+        (SELECT coalesce(sum({_TOKENS}), 0) FROM changesets
+         WHERE tenant_id = :p_tenant_id AND kind = 'writer' AND created_at >= :p_day)
+      + (SELECT coalesce(sum({_TOKENS}), 0) FROM chunks
+         WHERE tenant_id = :p_tenant_id AND status IN ('queued', 'processing', 'failed')
+           AND updated_at >= :p_day AND usage <> '{{}}'::jsonb) END
+    FROM (SELECT (SELECT (settings ->> 'daily_token_budget')::bigint FROM tenants WHERE id = :p_tenant_id)
+          AS budget) b"""  # noqa: S608  (constants only)
 )
 
 
@@ -482,11 +486,15 @@ class PipelineRepository:
         rows = await self.session.execute(_STRANDED, {"p_age": min_age_s, "p_limit": limit})
         return [(r[0], r[1], bool(r[2])) for r in rows]
 
-    async def tokens_today(self, tenant_id: uuid.UUID, day: datetime) -> tuple[int | None, int]:
+    async def tokens_today(
+        self, tenant_id: uuid.UUID, day: datetime, *, always: bool = False
+    ) -> tuple[int | None, int]:
         """The tenant's daily token budget as set now (None: none), and the writer tokens it has
         spent since `day`: its writer changesets', and the failed attempts' of chunks still waiting
-        or failed. Read only for a tenant with a budget."""
-        row = (await self.session.execute(_TOKENS_TODAY, {"p_tenant_id": tenant_id, "p_day": day})).one()
+        or failed. Without a budget, what it spent is summed only if `always` (else 0): a status read
+        of a queued chunk asks only whether a budget holds it."""
+        params = {"p_tenant_id": tenant_id, "p_day": day, "p_always": always}
+        row = (await self.session.execute(_TOKENS_TODAY, params)).one()
         return (int(row[0]) if row[0] is not None else None), int(row[1] or 0)
 
     # --- chunks coming in ---------------------------------------------------------------------

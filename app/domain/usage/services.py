@@ -59,7 +59,8 @@ async def tenant_report(
     repo = UsageRepository(session)
     rows = await repo.report(tenant_id, first, last, grouped, limit)
     [whole] = await repo.report(tenant_id, first, last, [], 1) or [total([])]
-    budget, spent = await PipelineRepository(session).tokens_today(tenant_id, day_start(datetime.now(UTC)))
+    today = day_start(datetime.now(UTC))
+    budget, spent = await PipelineRepository(session).tokens_today(tenant_id, today, always=True)
     return UsageReport(
         since=first,
         until=last,
