@@ -65,11 +65,14 @@ async def process_scope_job(ctx: WorkerContext, tenant_id: str, user_id: str) ->
     return run.summary()
 
 
-async def _wake_after(ctx: WorkerContext, tenant_id: uuid.UUID, user_id: str, run: ScopeRun) -> None:
-    """The shadow banks the run fed, and the scope itself when a chunk's backoff is due (without Redis
-    the backoff still holds in Postgres, `available_at`, and the sweeper wakes the scope after it)."""
+async def _wake_after(
+    ctx: WorkerContext, tenant_id: uuid.UUID, user_id: str, run: ScopeRun, *, backoff: bool = True
+) -> None:
+    """The shadow banks the run fed, and (with `backoff`) the scope itself when a chunk's backoff is due
+    (without Redis the backoff still holds in Postgres, `available_at`, and the sweeper wakes the scope
+    after it)."""
     wakes = [scope_wake(bank_id, user_id, WakeReason.FED) for bank_id in run.fed]
-    if run.retry_at is not None:
+    if backoff and run.retry_at is not None:
         wakes.append(scope_wake(tenant_id, user_id, WakeReason.BACKOFF, defer_until=run.retry_at))
     await wake(ctx["redis"], *wakes)
 
@@ -122,7 +125,7 @@ async def run_turn(ctx: WorkerContext, turn: Turn) -> dict[str, Any]:
             served, more = run.served, run.more
             if run.retry_at is not None:
                 due_ms = int(run.retry_at.timestamp() * 1000)
-            await wake(ctx["redis"], *(scope_wake(b, user_id, WakeReason.FED) for b in run.fed))
+            await _wake_after(ctx, tenant_id, user_id, run, backoff=False)  # the backoff: `due_ms`
         await scheduler.done(turn, served=served, more=more, due_ms=due_ms, shares=shares)
 
 
