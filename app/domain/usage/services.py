@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.domain.pipeline.repositories import PipelineRepository
 from app.domain.pipeline.services.budgets import day_start
 from app.domain.usage.repositories import GROUPS, UsageRepository
-from app.domain.usage.schemas import UsageReport, UsageRow
+from app.domain.usage.schemas import UsageReport
 from app.lib.errors import InvalidField
 
 
@@ -30,19 +30,6 @@ def groups(group_by: Sequence[str]) -> list[str]:
     return [g for g in GROUPS if g in group_by]
 
 
-def total(rows: Sequence[UsageRow]) -> UsageRow:
-    return UsageRow(
-        day=None,
-        user_id=None,
-        writer=None,
-        chunks_applied=sum(r.chunks_applied for r in rows),
-        model_calls=sum(r.model_calls for r in rows),
-        prompt_tokens=sum(r.prompt_tokens for r in rows),
-        completion_tokens=sum(r.completion_tokens for r in rows),
-        embedder_texts=sum(r.embedder_texts for r in rows),
-    )
-
-
 async def tenant_report(
     session: AsyncSession,
     tenant_id: uuid.UUID,
@@ -58,7 +45,7 @@ async def tenant_report(
     grouped = groups(group_by)
     repo = UsageRepository(session)
     rows = await repo.report(tenant_id, first, last, grouped, limit)
-    [whole] = await repo.report(tenant_id, first, last, [], 1) or [total([])]
+    [whole] = await repo.report(tenant_id, first, last, [], 1)  # no group: one row, zeros or sums
     today = day_start(datetime.now(UTC))
     budget, spent = await PipelineRepository(session).tokens_today(tenant_id, today, always=True)
     return UsageReport(
