@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import server_dir
+from tests.support.waiting import wait_for_sync
 
 READY_WITHIN_S = 30
 
@@ -69,17 +70,26 @@ def start_up(
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], log_path: Path) -> float:
-    """Until `/ready` answers 200 (at most READY_WITHIN_S); the seconds it took."""
+    """Until `/ready` answers 200 (at most READY_WITHIN_S); the seconds it took. A process that exits
+    meanwhile fails at once, with its log."""
     started = time.monotonic()
-    while time.monotonic() - started < READY_WITHIN_S:
+
+    def ready() -> int:
         assert proc.poll() is None, log_path.read_text()
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
-                return time.monotonic() - started
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"not ready within {READY_WITHIN_S} s:\n{log_path.read_text()}")
+        return httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code
+
+    try:
+        wait_for_sync(
+            ready,
+            lambda status: status == 200,
+            timeout_s=READY_WITHIN_S,
+            what="/ready to answer 200",
+            interval_s=0.1,
+            ignore=(httpx.HTTPError,),
+        )
+    except AssertionError as exc:
+        pytest.fail(f"{exc}:\n{log_path.read_text()}")
+    return time.monotonic() - started
 
 
 def admin_key(log_path: Path) -> str:

@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from tests.conftest import server_dir
 from tests.e2e.conftest import admin_key, free_port, memstore_env, start_up, wait_ready
+from tests.support.waiting import wait_for_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -33,19 +33,23 @@ def _stop_and_check_nothing_left(proc: subprocess.Popen[bytes]) -> None:
     assert alive == [], [(p.pid, p.name()) for p in alive]
 
 
+def _wait_applied(chunk_url: str, headers: dict[str, str]) -> None:
+    wait_for_sync(
+        lambda: httpx.get(chunk_url, headers=headers, timeout=5).json()["status"],
+        lambda status: status == "applied",
+        timeout_s=30,
+        what=f"{chunk_url} applied",
+        interval_s=0.1,
+    )
+
+
 def _chunk_is_applied_and_counted(port: int, headers: dict[str, str]) -> None:
     """A chunk goes through the worker process, and the API's /metrics shows the worker's counters."""
     base = f"http://127.0.0.1:{port}"
     body = {"user_id": "e2e", "messages": [{"role": "user", "content": "I live in Porto."}]}
     accepted = httpx.post(f"{base}/v1/chunks", json=body, headers=headers, timeout=5)
     assert accepted.status_code == 202
-    deadline = time.monotonic() + 30
-    while (
-        httpx.get(f"{base}/v1/chunks/{accepted.json()['chunk_id']}", headers=headers).json()["status"]
-        != "applied"
-    ):
-        assert time.monotonic() < deadline, "the chunk was not applied"
-        time.sleep(0.1)
+    _wait_applied(f"{base}/v1/chunks/{accepted.json()['chunk_id']}", headers)
     text = httpx.get(f"{base}/metrics", timeout=5).text
     line = 'memstore_chunks_finished_total{outcome="applied",writer="offline"} 1.0'
     assert line in text, text
@@ -60,10 +64,7 @@ def _search_finds_by_meaning(port: int, headers: dict[str, str]) -> None:
     accepted = httpx.post(f"{base}/v1/chunks", json=body, headers=headers, timeout=5)
     assert accepted.status_code == 202
     chunk_url = f"{base}/v1/chunks/{accepted.json()['chunk_id']}"
-    deadline = time.monotonic() + 30
-    while httpx.get(chunk_url, headers=headers, timeout=5).json()["status"] != "applied":
-        assert time.monotonic() < deadline, "the chunk was not applied"
-        time.sleep(0.1)
+    _wait_applied(chunk_url, headers)
     query = {"user_id": "u-123", "query": "what language does the user write code in?"}
     found = httpx.post(f"{base}/v1/memories/search", json=query, headers=headers, timeout=10)
     assert found.status_code == 200, found.text
@@ -118,11 +119,14 @@ def _server_pid(pid_file: Path) -> int | None:
 def _wait_until(
     condition: Callable[[], bool], what: str, log_path: Path, proc: subprocess.Popen[bytes]
 ) -> None:
-    deadline = time.monotonic() + 90  # generous: a bound on a hang, not a timing requirement
-    while not condition():
+    def holds() -> bool:
         assert proc.poll() is None, log_path.read_text()
-        assert time.monotonic() < deadline, f"{what}:\n{log_path.read_text()}"
-        time.sleep(0.2)
+        return condition()
+
+    try:  # generous: a bound on a hang, not a timing requirement
+        wait_for_sync(holds, timeout_s=90, what=what, interval_s=0.2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n{log_path.read_text()}") from None
 
 
 def _ready(port: int) -> bool:

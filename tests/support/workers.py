@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.models import Chunk
+from tests.support.waiting import wait_for
 from workers.settings import shutdown, worker_options
 from workers.wakeable import WakeableWorker
 
@@ -80,12 +80,8 @@ def stop_worker_process(proc: subprocess.Popen[bytes], timeout_s: float = 30) ->
 async def wait_until(
     check: Callable[[], Awaitable[bool]], timeout_s: float = 60, what: str = "condition"
 ) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+    """Until `check()` is true (`wait_for` with a yes/no probe)."""
+    await wait_for(check, timeout_s=timeout_s, what=what, interval_s=0.05)
 
 
 async def chunk_counts(
@@ -101,13 +97,16 @@ async def chunk_counts(
 async def wait_for_chunks(
     sessionmaker: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID, expected: int, timeout_s: float = 60
 ) -> dict[str, int]:
-    """Until `expected` chunks of the tenant are finished (applied or failed); returns the counts."""
-    counts: dict[str, int] = {}
+    """Until `expected` chunks of the tenant are finished (applied or failed); returns the counts (a
+    timeout says the counts it last saw)."""
 
-    async def done() -> bool:
-        nonlocal counts
-        counts = await chunk_counts(sessionmaker, tenant_id)
+    def finished(counts: dict[str, int]) -> bool:
         return counts.get("applied", 0) + counts.get("failed", 0) >= expected
 
-    await wait_until(done, timeout_s, f"{expected} finished chunks (have {counts})")
-    return counts
+    return await wait_for(
+        lambda: chunk_counts(sessionmaker, tenant_id),
+        finished,
+        timeout_s=timeout_s,
+        what=f"{expected} finished chunks",
+        interval_s=0.05,
+    )

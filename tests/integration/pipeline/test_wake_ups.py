@@ -11,6 +11,7 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 from litestar.testing import AsyncTestClient
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
@@ -19,6 +20,7 @@ from app.domain.pipeline.scheduler import PREFIX
 from app.lib.queue import create_redis
 from app.server.asgi import create_app
 from tests.conftest import TenantKeys, bearer
+from tests.support.waiting import wait_for
 from tests.support.workers import running_worker
 from workers.settings import shutdown, worker_options
 from workers.wakeable import WakeableWorker
@@ -29,18 +31,14 @@ IDLE = 0.3  # long enough for the worker's look at the queue and its subscriptio
 async def idle(worker: WakeableWorker) -> None:
     """Until the worker has started polling (its start-up, which loads the language model, can take
     longer than IDLE on a loaded machine or in a fresh process) and is waiting between polls."""
-    for _ in range(600):
-        if worker._listener is not None:  # made at its first look at the queue
-            break
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(IDLE)
+    # The listener is made at its first look at the queue.
+    await wait_for(lambda: worker._listener is not None, timeout_s=30, what="the worker's first look")
+    await asyncio.sleep(IDLE)  # time itself must pass: the worker goes idle between polls
 
 
 async def status(sessionmaker: async_sessionmaker[AsyncSession], chunk_id: str) -> str:
     async with sessionmaker() as session:
-        chunk = await session.get(Chunk, uuid.UUID(chunk_id))
-        assert chunk is not None
-        return chunk.status
+        return str(await session.scalar(select(Chunk.status).where(Chunk.id == uuid.UUID(chunk_id))))
 
 
 async def post_one(settings: Settings, tenant: TenantKeys, user_id: str) -> str:
@@ -56,12 +54,16 @@ async def post_one(settings: Settings, tenant: TenantKeys, user_id: str) -> str:
 
 async def seconds_to_applied(
     sessionmaker: async_sessionmaker[AsyncSession], chunk_id: str, started: float, limit_s: float
-) -> float | None:
-    while time.monotonic() - started < limit_s:
-        if await status(sessionmaker, chunk_id) == "applied":
-            return time.monotonic() - started
-        await asyncio.sleep(0.01)
-    return None
+) -> float:
+    """Seconds from `started` until the chunk is applied; fails past `limit_s`."""
+    await wait_for(
+        lambda: status(sessionmaker, chunk_id),
+        lambda seen: seen == "applied",
+        timeout_s=max(0.0, limit_s - (time.monotonic() - started)),
+        what=f"chunk {chunk_id} applied",
+        interval_s=0.01,
+    )
+    return time.monotonic() - started
 
 
 def quiet(settings: Settings, **update: object) -> Settings:
@@ -77,7 +79,7 @@ async def test_an_idle_worker_takes_up_a_new_chunk_at_once_not_at_its_next_poll(
     async with running_worker(quiet(settings), poll_delay=30) as worker:
         await idle(worker)
         unwoken = await post_one(quiet(settings, worker_wake=False), tenant, "unwoken")
-        await asyncio.sleep(2)
+        await asyncio.sleep(2)  # time itself must pass: nothing happens to an unwoken chunk
         assert await status(sessionmaker, unwoken) == "queued"
 
         waits = []
@@ -86,7 +88,7 @@ async def test_an_idle_worker_takes_up_a_new_chunk_at_once_not_at_its_next_poll(
             started = time.monotonic()
             chunk_id = await post_one(quiet(settings), tenant, f"woken-{n}")
             waits.append(await seconds_to_applied(sessionmaker, chunk_id, started, 10))
-        assert None not in waits, waits
+        print("seconds from post to applied, woken:", [round(w, 2) for w in waits])
 
 
 async def test_without_wake_ups_the_poll_finds_the_work(
@@ -99,7 +101,7 @@ async def test_without_wake_ups_the_poll_finds_the_work(
         started = time.monotonic()
         chunk_id = await post_one(unwoken, tenant, "polled")
         took = await seconds_to_applied(sessionmaker, chunk_id, started, 10)
-    assert took is not None
+    print(f"seconds from post to applied, polled: {took:.2f}")
 
 
 async def test_an_api_stopping_right_after_its_answer_still_queues_the_job(
@@ -157,24 +159,25 @@ async def test_a_look_at_the_queue_does_not_recheck_the_jobs_already_running(
         try:
             for n in range(10):
                 await queue.enqueue_job("sleepy", seconds=30.0, _job_id=f"sleepy:{n}")
-            deadline = time.monotonic() + 10
-            while len(runner.tasks) < 10:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.02)
+            await wait_for(
+                lambda: len(runner.tasks), lambda n: n >= 10, timeout_s=10, what="ten jobs running"
+            )
             looker = runner
             if where == "elsewhere":
                 looker = await workers.enter_async_context(_sleepy_worker(settings))
-                await asyncio.sleep(0.2)
+                await wait_for(lambda: looker._listener is not None, timeout_s=10, what="its first look")
             before = await _watches(redis)
             await asyncio.sleep(1.0)  # about fifty looks at a queue of ten running jobs
             assert await _watches(redis) - before == 0
             assert not looker.tasks or looker is runner
             await queue.enqueue_job("sleepy", seconds=0.0, _job_id="sleepy:new")
-            deadline = time.monotonic() + 5
             # a new job is still found and started at once
-            while sum(w.jobs_complete for w in dict.fromkeys([runner, looker])) < 1:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.02)
+            await wait_for(
+                lambda: sum(w.jobs_complete for w in dict.fromkeys([runner, looker])),
+                lambda done: done >= 1,
+                timeout_s=5,
+                what="the new job done",
+            )
         finally:
             await queue.aclose()
             await redis.aclose()

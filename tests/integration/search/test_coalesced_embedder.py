@@ -14,6 +14,7 @@ from app.embeddings import CoalescedEmbedder, EmbedderCounts, HashingEmbedder, e
 from app.embeddings.openai import EmbeddingError, OpenAIEmbedder
 from tests.support.fake_llm import FakeLLM, Reply
 from tests.support.semantic import semantic_embedder
+from tests.support.waiting import wait_for
 
 
 def served(server: FakeLLM, **options: int) -> CoalescedEmbedder:
@@ -77,7 +78,12 @@ async def test_a_cancelled_caller_is_skipped() -> None:
             await asyncio.to_thread(arrived.wait, 5)
             # Queued behind the run under way: cancelled before its turn, its text is never sent.
             queued = asyncio.create_task(embedder.embed(["never embedded"]))
-            await asyncio.sleep(0.05)
+            await wait_for(
+                lambda: [w.texts for w in embedder._queue],
+                lambda texts: ["never embedded"] in texts,
+                timeout_s=5,
+                what="the caller queued behind the run",
+            )
             queued.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await queued
