@@ -4,6 +4,9 @@ With MEMSTORE_DATABASE_URL / MEMSTORE_REDIS_URL set, those servers are used; oth
 stack (the same code `memstore up` runs) is started in a temporary directory. The schema is built once
 with the Alembic migrations into a template database; every test gets a fresh copy of it, so tests
 are isolated without sharing rows or cleaning up.
+
+Run in parallel (pytest-xdist, `-n N`), each process of the run starts its own embedded stack; on
+servers named by the environment, each has a template database and a Redis database of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -35,8 +39,23 @@ from app.domain.accounts.services import create_tenant
 from app.lib.embedded import EmbeddedStack
 from app.server.asgi import create_app
 
-TEMPLATE_DB = "memstore_test_template"
+# Which process of a parallel run this is ("gw0", "gw1", ...; empty when the run is not parallel).
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+TEMPLATE_DB = f"memstore_test_template{XDIST_WORKER}"
 _db_counter = itertools.count()
+
+
+def _own_redis_database(url: str) -> str:
+    """On a Redis the processes of a parallel run share, a database for each (1, 2, ...), so one
+    process's flush never empties another's queues."""
+    if not XDIST_WORKER:
+        return url
+    database = str(int(XDIST_WORKER.removeprefix("gw")) + 1)
+    parts = urlsplit(url)
+    if parts.scheme == "unix":  # a socket's path is the URL's path: the database goes in the query
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k != "db"] + [("db", database)]
+        return f"unix://{parts.path}?{urlencode(query)}"
+    return urlunsplit(parts._replace(path=f"/{database}"))
 
 
 @dataclass
@@ -91,6 +110,8 @@ def servers() -> Iterator[Servers]:
         data_dir = server_dir("memstore-tests-")
         stack = EmbeddedStack(data_dir, owner_url, redis_url)
         owner_url, redis_url = stack.start()
+    else:
+        redis_url = _own_redis_database(redis_url)
     if admin_url is not None and database_url is not None:
         service_url = database_url
     else:
@@ -155,7 +176,7 @@ def database_url(servers: Servers, owner_database_url: str) -> str:
 async def redis_url(servers: Servers) -> str:
     """The test Redis, emptied before each test."""
     client = aioredis.from_url(servers.redis_url)
-    await client.flushall()
+    await client.flushdb()
     await client.aclose()
     return servers.redis_url
 

@@ -288,7 +288,7 @@ async def test_a_killed_worker_and_a_flushed_redis_mid_flood_lose_nothing_and_fa
         workers[0].kill()  # mid-turn, its scopes locked and leased
         workers[0].wait(10)
         client = aioredis.from_url(api_settings.redis_url)
-        await client.flushall()  # every ready scope, lease and share gone
+        await client.flushdb()  # every ready scope, lease and share gone
         await client.aclose()
         posted = await post_each(api, other, [f"b{n}" for n in range(5)])
         latencies = await applied_within(sessionmaker, posted, timeout_s=60)

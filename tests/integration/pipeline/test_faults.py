@@ -106,7 +106,7 @@ async def test_redis_flushed_and_restarted_mid_run(
             headers = await _ingest_headers(api, tenant)
             await post_users(api, headers, USERS[:3], writer="slow")
             client = aioredis.from_url(redis.url)
-            await client.flushall()  # every queued job is gone
+            await client.flushdb()  # every queued job is gone
             await client.aclose()
             redis.stop()
             # Ingestion goes on while Redis is down; the chunks wait in Postgres.
