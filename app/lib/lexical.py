@@ -201,16 +201,9 @@ def analyze(text: str, language: str | None = None) -> Analyzed:
     return Analyzed(language, config, text)  # Postgres's own parser splits spaced scripts
 
 
-def query_words(text: str) -> tuple[list[str], list[str]]:
-    """A query's text search configurations and its content words for BM25 (each once, at most 64).
-
-    The configurations: its language's, or, where that is not sure (a name, a number, a few words: a
-    short text says little), each likely language's; then English (the default, and what a bank held
-    before its memories had a language) and `simple` (unstemmed: languages without a configuration,
-    names and numbers in any); each lexeme met under any of them is looked for. The words: the text's,
-    segmented like a memory in its language, less the words that name the user and the segmented
-    languages' function words. Postgres then drops each configuration's stop words and stems the rest.
-    """
+def likely_languages(text: str) -> list[str]:
+    """The languages a query is read in, most likely first: its language where that is sure, else each
+    likely one until they add up to `_SURE` (at most `_MAX_READINGS`)."""
     if _KANA.search(text):
         ranked = [("ja", 1.0)]
     elif not _LETTER.search(text):
@@ -224,6 +217,20 @@ def query_words(text: str) -> tuple[list[str], list[str]]:
         total += probability
         if total >= _SURE:
             break
+    return readings
+
+
+def query_words(text: str) -> tuple[list[str], list[str]]:
+    """A query's text search configurations and its content words for BM25 (each once, at most 64).
+
+    The configurations: its language's, or, where that is not sure (a name, a number, a few words: a
+    short text says little), each likely language's; then English (the default, and what a bank held
+    before its memories had a language) and `simple` (unstemmed: languages without a configuration,
+    names and numbers in any); each lexeme met under any of them is looked for. The words: the text's,
+    segmented like a memory in its language, less the words that name the user and the segmented
+    languages' function words. Postgres then drops each configuration's stop words and stems the rest.
+    """
+    readings = likely_languages(text)
     configs = [config_of(language) for language in readings]
     found = [w for w in words(text, readings[0]) if w not in USER_WORDS and w not in _SEGMENTED_STOPWORDS]
     return list(dict.fromkeys([*configs, "english", "simple"])), list(dict.fromkeys(found))[:MAX_QUERY_WORDS]

@@ -12,6 +12,13 @@ It is deliberately narrow and pure (no I/O, no clock: `said_at` is the only "now
 as if the user had said it. The rules, with examples, are listed in docs/offline-writer.md,
 "Time expressions".
 
+It reads English by default, and German, Spanish, Chinese and Japanese when the caller names them (it
+knows the text's language: the rule that read a statement, the query's detected language). Their words
+are tables in `app.lib.time_words`; what a phrase resolves to follows the same four decisions below,
+so "letzten Monat", "el mes pasado", "上个月" and "先月" give what "last month" gives. A language is
+read only where named, so an English text with "Hoy" or "Ayer" in it (an island, a name) reads as it
+always did.
+
 Four decisions shape every answer:
 
 - **A plain expression marks a start.** "in 2019", "last month", "on May 7", "yesterday" set
@@ -33,9 +40,13 @@ Four decisions shape every answer:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from functools import partial
+
+from app.lib.time_words import LANGUAGES as OTHER_LANGUAGES
+from app.lib.time_words import TimeWords
 
 _FLAGS = re.IGNORECASE
 
@@ -306,9 +317,12 @@ def _month_period(groups: dict[str, str], moment: _Moment) -> _Period:
     month = _month_number(groups["month"])
     if "year" in groups:
         return _month(int(groups["year"]), month, moment.zone)
-    # A month alone is the most recent one that has begun: "in March" said in February is last March.
-    year = moment.said_on.year if month <= moment.said_on.month else moment.said_on.year - 1
-    return _month(year, month, moment.zone)
+    return _month(_most_recent_year_of(month, moment.said_on), month, moment.zone)
+
+
+def _most_recent_year_of(month: int, said_on: date) -> int:
+    """A month alone is the most recent one that has begun: "in March" said in February is last March."""
+    return said_on.year if month <= said_on.month else said_on.year - 1
 
 
 def _year_period(groups: dict[str, str], moment: _Moment) -> _Period:
@@ -329,8 +343,12 @@ def _relative_day_period(groups: dict[str, str], moment: _Moment) -> _Period:
 
 def _relative_period(groups: dict[str, str], moment: _Moment) -> _Period:
     step = {"last": -1, "this": 0, "next": 1}[groups["which"].lower()]
+    return _period_from_now(step, groups["period"].lower(), moment)
+
+
+def _period_from_now(step: int, period: str, moment: _Moment) -> _Period:
+    """The week / month / year `step` periods after the one said in (before it when negative)."""
     said_on = moment.said_on
-    period = groups["period"].lower()
     if period == "week":  # weeks start on Monday
         monday = said_on - timedelta(days=said_on.weekday())
         return _week(monday + timedelta(weeks=step), moment.zone)
@@ -343,7 +361,10 @@ def _ago_period(groups: dict[str, str], moment: _Moment) -> _Period:
     """A day counted back from the day said: "2 weeks ago" is 14 days back, "a month ago" the same date."""
     count_word = groups["count"].lower()
     count = int(count_word) if count_word.isdigit() else _NUMBER_WORDS[count_word]
-    unit = groups["unit"].lower()
+    return _counted_back(count, groups["unit"].lower(), moment)
+
+
+def _counted_back(count: int, unit: str, moment: _Moment) -> _Period:
     if unit in ("day", "week"):
         return _day(moment.said_on - timedelta(days=count * (7 if unit == "week" else 1)), moment.zone)
     months = count * (12 if unit == "year" else 1)
@@ -380,23 +401,254 @@ _PARSERS: tuple[tuple[re.Pattern[str], _Parser], ...] = tuple(
 )
 
 
-def _period(shape_text: str, moment: _Moment) -> _Period | None:
+def _period(
+    shape_text: str, moment: _Moment, parsers: tuple[tuple[re.Pattern[str], _Parser], ...] = _PARSERS
+) -> _Period | None:
     """The period one matched shape names, or None when it names no real day ("February 30")."""
-    for pattern, parse in _PARSERS:
+    for pattern, parse in parsers:
         match = pattern.fullmatch(shape_text)
         if match:
             return parse({k: v for k, v in match.groupdict().items() if v is not None}, moment)
     return None
 
 
+# --- other languages: their tables (app.lib.time_words), read by the same calendar ------------------
+
+# Accents fold to their letters ("proxima" is read as "próxima"), and full-width digits and spaces, as
+# Chinese and Japanese keyboards type them, to ASCII: one character for one, so every offset is kept.
+_FOLD = str.maketrans(
+    "áàâäéèêëíìîïóòôöúùûüñÁÀÂÄÉÈÊËÍÌÎÏÓÒÔÖÚÙÛÜÑ\u3000" + "".join(chr(0xFF10 + n) for n in range(10)),
+    "aaaaeeeeiiiioooouuuunAAAAEEEEIIIIOOOOUUUUN " + "0123456789",
+)
+
+
+def _folded(text: str) -> str:
+    return text.translate(_FOLD)
+
+
+def _key(text: str) -> str:
+    """How a table's word and a matched one are compared: folded, lower case, single spaces."""
+    return " ".join(_folded(text).casefold().split())
+
+
+@dataclass(frozen=True, slots=True)
+class _Tables:
+    """A language's tables, keyed as `_key` reads a matched word."""
+
+    months: Mapping[str, int]
+    numbers: Mapping[str, int]
+    units: Mapping[str, str]
+    days: Mapping[str, int]
+    periods: Mapping[str, tuple[int, str]]
+
+
+def _number_in(tables: _Tables, text: str) -> int | None:
+    """A number in digits, in words ("zwei", "dos"), or in Chinese numerals: 三, 十二, 二十, 二〇二四."""
+    if text.isdigit():
+        return int(text)
+    key = _key(text)
+    if key in tables.numbers:
+        return tables.numbers[key]
+    tens, ten, ones = key.partition("十")
+    if ten:
+        high = tables.numbers.get(tens) if tens else 1
+        low = tables.numbers.get(ones) if ones else 0
+        return None if high is None or low is None else high * 10 + low
+    digits = [tables.numbers.get(char) for char in key]  # a year written digit by digit
+    return int("".join(str(d) for d in digits)) if digits and None not in digits else None
+
+
+def _year_in(tables: _Tables, text: str) -> int | None:
+    year = _number_in(tables, text)
+    return year if year is not None and 1900 <= year <= 2099 else None
+
+
+def _month_in(tables: _Tables, groups: dict[str, str]) -> int:
+    return tables.months[_key(groups["month"])] if "month" in groups else int(groups["month_number"])
+
+
+def _words_date(tables: _Tables, groups: dict[str, str], moment: _Moment) -> _Period | None:
+    month, day = _month_in(tables, groups), _number_in(tables, groups["day"])
+    if day is None:
+        return None
+    if "year" not in groups:
+        found = _most_recent_date(month, day, moment.said_on)
+        return _day(found, moment.zone) if found else None
+    year = _year_in(tables, groups["year"])
+    try:
+        return _day(date(year, month, day), moment.zone) if year is not None else None
+    except ValueError:  # "30. Februar 2023": not a day, so not an expression
+        return None
+
+
+def _words_month(tables: _Tables, groups: dict[str, str], moment: _Moment) -> _Period | None:
+    month = _month_in(tables, groups)
+    if not 1 <= month <= 12:
+        return None
+    if "year" not in groups:
+        return _month(_most_recent_year_of(month, moment.said_on), month, moment.zone)
+    year = _year_in(tables, groups["year"])
+    return _month(year, month, moment.zone) if year is not None else None
+
+
+def _words_year(tables: _Tables, groups: dict[str, str], moment: _Moment) -> _Period | None:
+    year = _year_in(tables, groups["year"])
+    return _year(year, moment.zone) if year is not None else None
+
+
+def _words_day(tables: _Tables, groups: dict[str, str], moment: _Moment) -> _Period:
+    offset = tables.days[_key(groups["day_word"])]
+    return _day(moment.said_on + timedelta(days=offset), moment.zone)
+
+
+def _words_period(tables: _Tables, groups: dict[str, str], moment: _Moment) -> _Period:
+    return _period_from_now(*tables.periods[_key(groups["period_word"])], moment)
+
+
+def _words_ago(tables: _Tables, groups: dict[str, str], moment: _Moment) -> _Period | None:
+    count = _number_in(tables, groups["count"])
+    if count is None:
+        return None
+    return _counted_back(count, tables.units[_key(groups["unit"])], moment)
+
+
+def _alternatives(words: TimeWords, table: Iterable[str]) -> str:
+    """A table's words as one pattern, longest first, each kept from where its language's guards say it
+    is part of something else."""
+    # Spaced: "(?<!\bla\s)manana" and "hoy(?!\s+en\s+dia\b)"; unspaced: "(?<!以)前天", "明日(?!香)".
+    space, edge = (r"\s", r"\b") if words.spaced else ("", "")
+    alternatives = []
+    for word in sorted(table, key=len, reverse=True):
+        written = _written(word)
+        if word in words.lower_case:  # or capitalised where a sentence starts
+            written = rf"(?-i:{written})|(?:^|(?<=[.!?\n]\s))(?-i:{written[0].upper()}{written[1:]})"
+        before = "".join(rf"(?<!{edge}{_written(w)}{space})" for w in words.not_after.get(word, ()))
+        after = "".join(
+            rf"(?!{space and space + '+'}{_written(w)}{edge})" for w in words.not_before.get(word, ())
+        )
+        alternatives.append(f"{before}(?:{written}){after}")
+    return rf"{edge}(?:{'|'.join(alternatives)}){edge}"
+
+
+def _written(word: str) -> str:
+    """A table's word as a pattern: folded, its spaces any run of white space."""
+    return re.escape(_folded(word)).replace(r"\ ", r"\s+")
+
+
+def _filled(template: str, pieces: Mapping[str, str]) -> str:
+    """A shape with its table names ({month}, {count} ...) replaced by named groups of their words."""
+    return re.sub(r"\{([a-z_]+)\}", lambda m: f"(?P<{m[1]}>{pieces[m[1]]})", _folded(template))
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """How a text in one language is read: its forms, how each shape parses, and how the text is folded
+    before (English: as written)."""
+
+    forms: tuple[_Form, ...]
+    parsers: tuple[tuple[re.Pattern[str], _Parser], ...]
+    fold: Callable[[str], str]
+    reads_tense: bool  # whether a weekday's clause decides which one it is (English only)
+
+
+def _reading_of(words: TimeWords) -> _Reading:
+    tables = _Tables(
+        months={_key(w): n for w, n in words.month_names.items()},
+        numbers={_key(w): n for w, n in words.numbers.items()},
+        units={_key(w): u for w, u in words.units.items()},
+        days={_key(w): n for w, n in words.days.items()},
+        periods={_key(w): p for w, p in words.periods.items()},
+    )
+    if words.spaced:
+        count = rf"\b\d{{1,3}}\b|{_alternatives(words, words.numbers)}"
+        day, month_number, year = r"\b\d{1,2}", r"\b\d{1,2}", _YEAR
+    else:
+        numerals = "".join(w for w in words.numbers if len(w) == 1)
+        count = rf"(?<!\d)\d{{1,3}}|[{numerals}]{{1,3}}"
+        day, month_number = rf"(?<!\d)\d{{1,2}}|[{numerals}]{{1,3}}", r"(?<!\d)\d{1,2}"
+        year = rf"(?<!\d)(?:19|20)\d{{2}}(?!\d)|[{words.digits}]{{4}}"
+    pieces = {
+        "day": day,
+        "month": _alternatives(words, words.month_names),
+        "month_number": month_number,
+        "year": year,
+        "count": count,
+        "unit": _alternatives(words, words.units),
+        "day_word": _alternatives(words, words.days),
+        "period_word": _alternatives(words, words.periods),
+    }
+    shapes: dict[str, tuple[str, ...]] = {
+        "dated": (*(_filled(s, pieces) for s in words.dates), _ISO_DATE),
+        "undated": tuple(_filled(s, pieces) for s in words.undated),
+        "months_of_year": tuple(_filled(s, pieces) for s in words.months_of_year),
+        "month_alone": (_filled(words.month_alone, pieces),),
+        "year_alone": (_filled(words.year_alone, pieces),),
+        "named_day": (_filled(words.named_day, pieces),),
+        "named_period": (_filled(words.named_period, pieces),),
+        "ago": tuple(_filled(s, pieces) for s in words.ago),
+        "duration": tuple(_filled(s, pieces) for s in words.durations),
+    }
+    parse: dict[str, Callable[[_Tables, dict[str, str], _Moment], _Period | None]] = {
+        "dated": _words_date,
+        "undated": _words_date,
+        "months_of_year": _words_month,
+        "month_alone": _words_month,
+        "year_alone": _words_year,
+        "named_day": _words_day,
+        "named_period": _words_period,
+        "ago": _words_ago,
+        "duration": _words_ago,
+    }
+    parsers = tuple(
+        (re.compile(shape, _FLAGS), partial(parse[kind], tables)) for kind in shapes for shape in shapes[kind]
+    )
+    # Longer shapes first, as in English: the first alternative that fits wins.
+    relative = (*shapes["named_day"], *shapes["named_period"], *shapes["ago"])
+    month_or_year = (*shapes["months_of_year"], *shapes["month_alone"], *shapes["year_alone"])
+    groups = {
+        "any": _unnamed(*shapes["dated"], *shapes["undated"], *month_or_year, *relative),
+        "dated": _unnamed(*shapes["dated"]),
+        "undated": _unnamed(*shapes["undated"]),
+        "months_of_year": _unnamed(*shapes["months_of_year"]),
+        "month_or_year": _unnamed(*month_or_year),
+        "relative": _unnamed(*relative),
+        "duration": _unnamed(*shapes["duration"]) if shapes["duration"] else "(?!)",
+    }
+    forms = tuple(
+        _form(re.sub(r"\{([a-z_]+)\}", lambda m: groups[m[1]], _folded(pattern)), sets)
+        for pattern, sets in words.forms
+    )
+    return _Reading(forms, parsers, _folded, reads_tense=False)
+
+
+def _as_written(text: str) -> str:
+    return text
+
+
+_WORDS = {words.language: words for words in OTHER_LANGUAGES}
+LANGUAGES = ("en", *_WORDS)  # the languages whose time phrases are read (ISO 639-1)
+# Each other language is built when a text in it first comes (some tens of milliseconds each, which a
+# process that never reads one, such as the CLI, does not spend).
+_READINGS: dict[str, _Reading] = {"en": _Reading(_FORMS, _PARSERS, _as_written, reads_tense=True)}
+
+
+def _reading(language: str) -> _Reading | None:
+    if language not in _READINGS and language in _WORDS:
+        _READINGS[language] = _reading_of(_WORDS[language])
+    return _READINGS.get(language)
+
+
 # --- the entry point --------------------------------------------------------------------------------
 
 
-def _validity(match: re.Match[str], sets: str, moment: _Moment) -> Validity | None:
-    """What one match of a form says, or None when a shape in it names no real day."""
+def _validity(match: re.Match[str], sets: str, moment: _Moment, reading: _Reading) -> Validity | None:
+    """What one match of a form says, or None when a shape in it names no real day (or the form is one
+    that is never read: "none")."""
+    if sets == "none":
+        return None
     groups = match.groupdict()
-    first = _period(groups["first"], moment) if groups.get("first") else None
-    last = _period(groups["last"], moment) if groups.get("last") else None
+    first = _period(groups["first"], moment, reading.parsers) if groups.get("first") else None
+    last = _period(groups["last"], moment, reading.parsers) if groups.get("last") else None
     named: tuple[datetime | None, datetime | None]
     if sets == "both":
         if first is None or last is None or first.start >= last.end:
@@ -418,11 +670,12 @@ def _validity(match: re.Match[str], sets: str, moment: _Moment) -> Validity | No
     return Validity(valid_from, valid_to, match.group(), match.start(), match.end(), named)
 
 
-def resolve(text: str, said_at: datetime) -> Validity | None:
+def resolve(text: str, said_at: datetime, languages: Iterable[str] = ("en",)) -> Validity | None:
     """The first time expression in `text`, resolved against `said_at` in said_at's own time zone.
 
-    None when the text holds no expression this module reads ("recently" and "a few weeks ago" are too
-    vague to be one). Raises ValueError for a naive `said_at`: without a zone there is no local day.
+    `languages` are those the text is read in (ISO 639-1; those not in `LANGUAGES` are skipped). None
+    when the text holds no expression this module reads ("recently" and "a few weeks ago" are too vague
+    to be one). Raises ValueError for a naive `said_at`: without a zone there is no local day.
     """
     zone = said_at.tzinfo
     if zone is None or said_at.utcoffset() is None:
@@ -431,14 +684,20 @@ def resolve(text: str, said_at: datetime) -> Validity | None:
     normalised = text.replace("\u2019", "'")
     found: list[Validity] = []
     refused: list[tuple[int, int]] = []
-    for form in _FORMS:
-        for match in form.pattern.finditer(normalised):
-            moment = _Moment(said_at.date(), zone, _speaks_of_future(normalised, *match.span()))
-            validity = _validity(match, form.sets, moment)
-            if validity is not None:
-                found.append(validity)
-            else:
-                refused.append(match.span())
+    for language in dict.fromkeys(languages):
+        reading = _reading(language)
+        if reading is None:
+            continue
+        read = reading.fold(normalised)
+        for form in reading.forms:
+            for match in form.pattern.finditer(read):
+                future = reading.reads_tense and _speaks_of_future(read, *match.span())
+                moment = _Moment(said_at.date(), zone, future)
+                validity = _validity(match, form.sets, moment, reading)
+                if validity is not None:
+                    found.append(validity)
+                else:
+                    refused.append(match.span())
     # A phrase that names no real day ("on 31 April 2023") is not read in part either: "April 2023" alone
     # would be a month the user did not mean, and removing it would leave "on 31" in the fact.
     found = [v for v in found if not any(start < v.end and v.start < end for start, end in refused)]
@@ -451,9 +710,9 @@ def resolve(text: str, said_at: datetime) -> Validity | None:
 
 
 def named_time(
-    text: str, reference_time: datetime | None = None
+    text: str, reference_time: datetime | None = None, languages: Iterable[str] = ("en",)
 ) -> tuple[datetime | None, datetime | None] | None:
     """The stretch of time a query names ("in May 2023", "last week", "since 2019"), its calendar words
-    read at `reference_time` (default: now, UTC); None when it names none."""
-    found = resolve(text, reference_time or datetime.now(UTC))
+    read at `reference_time` (default: now, UTC) in `languages`; None when it names none."""
+    found = resolve(text, reference_time or datetime.now(UTC), languages)
     return found.named if found is not None else None

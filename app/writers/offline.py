@@ -3,6 +3,8 @@
 It needs no model, so the service runs with nothing but Postgres and Redis. It is a baseline: it reads
 only the user's own sentences ("I live in Lyon", "my daughter's name is Ana"), phrases each fact in one
 canonical third-person form, and reconciles with candidates by parsing that same form back out of them.
+A message with no English statement is read with a few rules in German, Spanish, Chinese and Japanese
+(where the user lives, what they mainly use), each fact written in its own language.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from app.lib.time_expressions import resolve
 from app.writers.base import Candidate, Op, OpKind, WriteRequest, WriteResult
 
 # Bump when the rules change what they extract, so changesets show which rule set wrote them.
-RULES_VERSION = "offline-rules/3"  # 2: facts carry the validity their sentence states; 3: their clause
+# 2: facts carry the validity their sentence states; 3: their clause; 4: German, Spanish, Chinese, Japanese
+RULES_VERSION = "offline-rules/4"
 RULES_HASH = hashlib.sha256(RULES_VERSION.encode()).hexdigest()
 
 MAX_VALUE_CHARS = 100  # longer captures are run-on clauses more often than facts; they are dropped
@@ -437,6 +440,16 @@ _PHRASINGS: tuple[tuple[re.Pattern[str], Callable[[dict[str, str]], _Fact]], ...
         (r"the user's (?P<rel>[\w ]+?) is named (?P<v>.+)", _relation),
         (r"the user likes (?P<v>.+)", _likes),
         (r"the user dislikes (?P<v>.+)", _dislikes),
+        # What the other languages' rules write (below), so a move told in one language replaces a place
+        # told in another.
+        (r"der nutzer wohnt in (?P<v>.+)", _location),
+        (r"der nutzer benutzt hauptsächlich (?P<v>.+)", _primary_tool),
+        (r"el usuario vive en (?P<v>.+)", _location),
+        (r"el usuario usa principalmente (?P<v>.+)", _primary_tool),
+        (r"用户住在(?P<v>.+?)。?", _location),
+        (r"用户主要使用(?P<v>.+?)。?", _primary_tool),
+        (r"ユーザーは(?P<v>.+?)に住んでいる。?", _location),
+        (r"ユーザーは主に(?P<v>.+?)を使っている。?", _primary_tool),
     )
 )
 
@@ -590,19 +603,205 @@ def _statements(request: WriteRequest) -> Iterator[_Fact]:
         said_at = message.created_at or request.memory_at
         if said_at.tzinfo is None:
             said_at = said_at.replace(tzinfo=UTC)
-        for sentence in _sentences(text):
-            if not sentence or _QUESTION.search(sentence):
+        english = list(_english_statements(text, said_at))
+        yield from english if english else _statements_in_other_languages(text, said_at)
+
+
+def _english_statements(text: str, said_at: datetime) -> Iterator[_Fact]:
+    for sentence in _sentences(text):
+        if not sentence or _QUESTION.search(sentence):
+            continue
+        # A time phrase dates its own clause only: in "I moved to Seattle last month and I mainly
+        # use Python" the move happened last month, not the using of Python.
+        for part, clause in _clauses(sentence):
+            fact = _fact_of(clause)
+            if fact is None:
                 continue
-            # A time phrase dates its own clause only: in "I moved to Seattle last month and I mainly
-            # use Python" the move happened last month, not the using of Python.
-            for part, clause in _clauses(sentence):
-                fact = _fact_of(clause)
-                if fact is None:
-                    continue
-                validity = resolve(part, said_at)
-                if validity is not None:
-                    fact = replace(fact, valid_from=validity.valid_from, valid_to=validity.valid_to)
-                yield fact
+            validity = resolve(part, said_at)
+            if validity is not None:
+                fact = replace(fact, valid_from=validity.valid_from, valid_to=validity.valid_to)
+            yield fact
+
+
+# --- statements in German, Spanish, Chinese and Japanese --------------------------------------------
+# A few rules each: where the user lives (or moved to) and what they mainly use. A sentence is split
+# into clauses where a new statement starts ("..., und ich benutze ...", a comma before 我, "、"),
+# and each clause's time phrase, read in the clause's language, dates that clause's fact only. The
+# phrase is taken out of the clause before the rules read it: "Ich wohne seit 2019 in Berlin" reads as
+# "Ich wohne in Berlin", valid from 2019. A sentence is in the language of the first rules that read it.
+
+
+@dataclass(frozen=True, slots=True)
+class _Language:
+    """How the writer reads statements in one language besides English."""
+
+    code: str  # ISO 639-1, as `time_expressions` reads it
+    spaced: bool  # words are separated by spaces
+    clause_break: re.Pattern[str]  # where a sentence's next statement starts
+    lead_in: re.Pattern[str]  # words before a statement that change nothing ("und", "そして")
+    cut: re.Pattern[str]  # where a captured value stops
+    vague: frozenset[str]  # values that name nothing on their own ("dort", "那里")
+    rules: tuple[tuple[re.Pattern[str], Callable[[dict[str, str]], _Fact]], ...]
+
+
+def _spaced_clause_break(connectives: str, first_words: str) -> re.Pattern[str]:
+    """A break at a comma or a connective ("und", "y") that a statement's first word follows: a subject,
+    a verb the rules read, or a time phrase's first word."""
+    first = rf"(?=(?:{'|'.join(first_words.split())})\b)"
+    joined = "|".join(connectives.split())
+    return re.compile(rf"\s*,\s*(?:(?:{joined})\s+)?{first}|\s+(?:{joined})\s+{first}", _FLAGS)
+
+
+def _language_rules(
+    *rules: tuple[str, Callable[[dict[str, str]], _Fact]],
+) -> tuple[tuple[re.Pattern[str], Callable[[dict[str, str]], _Fact]], ...]:
+    return tuple((re.compile(pattern, _FLAGS), make) for pattern, make in rules)
+
+
+_location_de = _single("location", "location", "location", "Der Nutzer wohnt in {v}.")
+_primary_tool_de = _single("primary_tool", "primary tool", "tools", "Der Nutzer benutzt hauptsächlich {v}.")
+_location_es = _single("location", "location", "location", "El usuario vive en {v}.")
+_primary_tool_es = _single("primary_tool", "primary tool", "tools", "El usuario usa principalmente {v}.")
+_location_zh = _single("location", "location", "location", "用户住在{v}。")
+_primary_tool_zh = _single("primary_tool", "primary tool", "tools", "用户主要使用{v}。")
+_location_ja = _single("location", "location", "location", "ユーザーは{v}に住んでいる。")
+_primary_tool_ja = _single("primary_tool", "primary tool", "tools", "ユーザーは主に{v}を使っている。")
+
+# Words that may stand between the subject (or the verb) and the rest without changing the fact.
+_DE_ADVERBS = r"(?:(?:jetzt|nun|inzwischen|mittlerweile|derzeit|momentan|zurzeit|schon|bereits|auch)\s+)*"
+_ES_ADVERBS = r"(?:(?:ahora|actualmente|ya|también|tambien)\s+)*"
+_ZH_ADVERBS = r"(?:现在|目前|已经|一直|也|还)*"
+_JA_SUBJECT = r"(?:(?:私|僕|俺)は)?(?:今は|現在は|今|現在|もう)?"
+_CJK_VAGUE = frozenset({"这里", "那里", "这儿", "那儿", "這裡", "那裡", "ここ", "そこ", "あそこ"})
+
+_OTHER_LANGUAGES = (
+    _Language(
+        code="de",
+        spaced=True,
+        clause_break=_spaced_clause_break(
+            "und aber sondern",
+            "ich mein meine wohne lebe bin benutze nutze verwende hauptsächlich seit ab vor im am gestern "
+            "heute letzte letzten letztes diese diesen dieses nächste nächsten nächstes",
+        ),
+        lead_in=re.compile(r"^(?:(?:und|aber|also|ja|übrigens|außerdem)\b[\s,]*)+", _FLAGS),
+        cut=re.compile(r"\s*[,;:(]|\s+(?:und|aber|weil|denn|mit|bei|seit|für)\b", _FLAGS),
+        vague=frozenset({"dort", "hier", "da"}),
+        rules=_language_rules(
+            # "Ich wohne in X"; "wohne ich in X" after a time phrase; "und wohne in X".
+            (rf"(?:ich\s+)?(?:wohne|lebe)(?:\s+ich)?\s+{_DE_ADVERBS}in\s+(?P<v>.+)$", _location_de),
+            (rf"(?:ich\s+)?bin(?:\s+ich)?\s+{_DE_ADVERBS}nach\s+(?P<v>.+?)\s+(?:um)?gezogen$", _location_de),
+            (
+                rf"(?:ich\s+)?(?:benutze|nutze|verwende)(?:\s+ich)?\s+{_DE_ADVERBS}"
+                r"(?:hauptsächlich|vor\s+allem|meistens|überwiegend)\s+(?P<v>.+)$",
+                _primary_tool_de,
+            ),
+        ),
+    ),
+    _Language(
+        code="es",
+        spaced=True,
+        clause_break=_spaced_clause_break(
+            "y e pero",
+            "yo mi mis vivo me uso utilizo principalmente desde hace hoy ayer el la este esta en",
+        ),
+        lead_in=re.compile(r"^(?:(?:y|pero|pues|bueno|además|ademas)\b[\s,]*)+", _FLAGS),
+        cut=re.compile(r"\s*[,;:(]|\s+(?:y|e|pero|porque|con|desde|para)\b", _FLAGS),
+        vague=frozenset({"allí", "alli", "allá", "alla", "aquí", "aqui", "ahí", "ahi"}),
+        rules=_language_rules(
+            (rf"(?:yo\s+)?{_ES_ADVERBS}vivo\s+{_ES_ADVERBS}en\s+(?P<v>.+)$", _location_es),
+            (
+                rf"(?:yo\s+)?{_ES_ADVERBS}me\s+(?:mud[ée]|he\s+mudado|traslad[ée]|he\s+trasladado"
+                r"|fui\s+a\s+vivir)\s+a\s+(?P<v>.+)$",
+                _location_es,
+            ),
+            (
+                rf"(?:yo\s+)?{_ES_ADVERBS}(?:uso|utilizo)\s+(?:principalmente|sobre\s+todo|mayormente)"
+                r"\s+(?P<v>.+)$",
+                _primary_tool_es,
+            ),
+            (r"(?:principalmente|sobre\s+todo|mayormente)\s+(?:uso|utilizo)\s+(?P<v>.+)$", _primary_tool_es),
+        ),
+    ),
+    _Language(
+        code="zh",
+        spaced=False,
+        clause_break=re.compile(r"[，,、；]|(?:和|而且|并且|但是|不过)(?=我)"),  # noqa: RUF001
+        lead_in=re.compile(r"^(?:而且|并且|但是|不过|还有|另外)+"),
+        cut=re.compile(r"[，,、；。]|和|跟|与"),  # noqa: RUF001
+        vague=_CJK_VAGUE,
+        rules=_language_rules(
+            (rf"我{_ZH_ADVERBS}住在(?P<v>.+)$", _location_zh),
+            # Moved (了: it happened); "我下个月搬到北京" is a plan, not a fact.
+            (rf"我{_ZH_ADVERBS}搬(?:到|去)了(?P<v>.+)$", _location_zh),
+            (rf"我{_ZH_ADVERBS}搬(?:到|去)(?P<v>.+?)了$", _location_zh),
+            (rf"我?{_ZH_ADVERBS}主要(?:用|使用)(?P<v>.+)$", _primary_tool_zh),
+        ),
+    ),
+    _Language(
+        code="ja",
+        spaced=False,
+        clause_break=re.compile(r"[、，,]"),  # noqa: RUF001
+        lead_in=re.compile(r"^(?:そして|それから|でも|あと|また)+"),
+        cut=re.compile(r"[、，,。]"),  # noqa: RUF001
+        vague=_CJK_VAGUE,
+        rules=_language_rules(
+            (rf"{_JA_SUBJECT}(?P<v>.+?)に住んで(?:います|いる|る|いて|おり(?:ます)?)$", _location_ja),
+            (rf"{_JA_SUBJECT}(?P<v>.+?)に引っ越し(?:ました|た|て(?:きました|きた)?)$", _location_ja),
+            (rf"{_JA_SUBJECT}主に(?P<v>.+?)を使(?:って(?:います|いる|る)|います|う)$", _primary_tool_ja),
+        ),
+    ),
+)
+# Sentences end at . ! ? before a space (not after a day's number: "am 3. März"), at the full-width
+# stops of Chinese and Japanese, and at ; or a new line; a question is not a statement. (The full-width
+# punctuation below is meant: it is how those languages are written.)
+_OTHER_SENTENCE_BREAK = re.compile(r"(?<!\d)[.!?]+\s+|[。！？]+|[;\n]+")  # noqa: RUF001
+_OTHER_QUESTION = re.compile(r"[?？][\W_]*$")  # noqa: RUF001
+_PUNCTUATION = ".,!?;:。！？、，；：\"'「」『』()（） \t"  # noqa: RUF001
+
+
+def _statements_in_other_languages(text: str, said_at: datetime) -> Iterator[_Fact]:
+    start = 0
+    sentences = []
+    for match in _OTHER_SENTENCE_BREAK.finditer(text):
+        sentences.append(text[start : match.end()].strip())
+        start = match.end()
+    sentences.append(text[start:].strip())
+    for sentence in sentences:
+        if not sentence or _OTHER_QUESTION.search(sentence):
+            continue
+        for language in _OTHER_LANGUAGES:
+            parts = language.clause_break.split(sentence)
+            facts = [fact for part in parts if (fact := _other_fact(part, language, said_at)) is not None]
+            if facts:
+                yield from facts
+                break
+
+
+def _other_fact(part: str, language: _Language, said_at: datetime) -> _Fact | None:
+    """The fact one clause states in `language`, dated by the clause's own time phrase."""
+    validity = resolve(part, said_at, (language.code,))
+    clause = part
+    if validity is not None:  # the phrase is not part of the fact
+        clause = part[: validity.start] + (" " if language.spaced else "") + part[validity.end :]
+    clause = " ".join(clause.split()).strip(_PUNCTUATION)
+    clause = language.lead_in.sub("", clause).strip(_PUNCTUATION)
+    for pattern, make in language.rules:
+        match = pattern.match(clause)
+        if match is None:
+            continue
+        value = language.cut.split(match["v"], maxsplit=1)[0].strip(_PUNCTUATION)
+        if (
+            not value
+            or len(value) > MAX_VALUE_CHARS
+            or not any(ch.isalnum() for ch in value)
+            or value.lower() in language.vague
+        ):
+            continue
+        fact = make({"v": value})
+        if validity is not None:
+            fact = replace(fact, valid_from=validity.valid_from, valid_to=validity.valid_to)
+        return fact
+    return None
 
 
 # --- reconciliation ---------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from app.embeddings.base import chance_similarity
 from app.embeddings.openai import EmbeddingError
 from app.lib import tracing
 from app.lib.errors import AsOfTooBroad, EmbedderMismatch, InvalidField, Unavailable
-from app.lib.lexical import query_words
+from app.lib.lexical import likely_languages, query_words
 from app.lib.time_expressions import named_time
 
 log = structlog.get_logger(__name__)
@@ -66,6 +66,12 @@ _STOPWORDS = frozenset(
     who whom when where why how user users
     """.split()  # noqa: SIM905  (one word list reads better than sixty quoted strings)
 )
+
+
+def query_time(text: str, reference_time: datetime | None) -> tuple[datetime | None, datetime | None] | None:
+    """The stretch of time a query names, its phrase read in the query's likely languages and in English
+    (as its words are: `lexical_words`), so "letzte Woche" and "上个月" are boosted as "last week" is."""
+    return named_time(text, reference_time, (*likely_languages(text), "en"))
 
 
 def lexical_words(text: str) -> tuple[list[str], list[str]]:
@@ -243,7 +249,7 @@ class Searcher:
             as_of=query.as_of,
             include_expired=query.include_expired,
             valid_at=query.valid_at,
-            named=named_time(query.query, query.reference_time) if boost > 0 else None,
+            named=query_time(query.query, query.reference_time) if boost > 0 else None,
             time_boost=boost,
         )
         if vector and words and self.settings.search_fusion == "rrf":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -128,3 +129,55 @@ async def test_the_offline_writer_reads_when_a_fact_began_from_its_sentence(
     [berlin] = await held_at(api, tenant, "2024-02-15T00:00:00Z")
     assert berlin["content"] == "The user lives in Berlin."
     assert berlin["valid_from"] == "2024-01-31T23:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("said", "old_place", "new_place", "tool", "last_month"),
+    [
+        pytest.param(
+            [
+                ("Ich wohne in Köln.", "2020-01-05T10:00:00Z"),
+                (
+                    "Ich bin letzten Monat nach Berlin gezogen und ich benutze hauptsächlich Python.",
+                    "2024-03-10T09:00:00+01:00",
+                ),
+            ],
+            "Der Nutzer wohnt in Köln.",
+            "Der Nutzer wohnt in Berlin.",
+            "Der Nutzer benutzt hauptsächlich Python.",
+            "2024-01-31T23:00:00Z",  # 1 February, midnight at +01:00
+            id="de",
+        ),
+        pytest.param(
+            [
+                ("我住在上海。", "2020-01-05T10:00:00Z"),
+                ("我上个月搬到了北京，我主要用Python。", "2024-03-10T09:00:00+08:00"),
+            ],
+            "用户住在上海。",
+            "用户住在北京。",
+            "用户主要使用Python。",
+            "2024-01-31T16:00:00Z",  # 1 February, midnight at +08:00
+            id="zh",
+        ),
+    ],
+)
+async def test_in_another_language_a_time_phrase_dates_only_the_fact_of_its_clause(
+    api: Client,
+    ingest_headers: dict[str, str],
+    tenant: TenantKeys,
+    pipeline_settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    said: list[tuple[str, str]],
+    old_place: str,
+    new_place: str,
+    tool: str,
+    last_month: str,
+) -> None:
+    """The move was last month, in the message's zone, and closes the place held before it then; the
+    tool, in the sentence's other clause, is not dated by the move's phrase."""
+    await say(api, ingest_headers, pipeline_settings, sessionmaker, tenant, said)
+
+    [before] = await held_at(api, tenant, "2024-01-15T00:00:00Z")
+    assert (before["content"], before["valid_to"]) == (old_place, last_month)
+    now = {m["content"]: m["valid_from"] for m in await held_at(api, tenant, "2024-03-11T00:00:00Z")}
+    assert now == {new_place: last_month, tool: None}

@@ -41,7 +41,15 @@ BANK = [
 
 @pytest.fixture
 async def bank(sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys) -> None:
-    for content, said, began, ended in BANK:
+    await add(sessionmaker, tenant, BANK)
+
+
+async def add(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    tenant: TenantKeys,
+    bank: list[tuple[str, str, str | None, str | None]],
+) -> None:
+    for content, said, began, ended in bank:
         async with sessionmaker() as session, session.begin():
             await apply_ops(
                 session,
@@ -137,3 +145,37 @@ async def test_a_bad_reference_time_is_refused(tenant: TenantKeys, boosted: Clie
             headers=tenant.admin,
         )
         assert response.status_code in (400, 422), (bad, response.text)
+
+
+# The same bank's hikes told in German and in Chinese, each asked about in its own language.
+HIKES_IN_LANGUAGES: list[tuple[str, str, str | None, str | None]] = [
+    ("Der Nutzer war mit Freunden in den Bergen wandern.", "2022-03-01", None, None),
+    ("Der Nutzer war mit seiner Schwester wandern.", "2023-05-07", None, None),
+    ("Der Nutzer war mit seinem Bruder wandern.", "2023-08-20", None, None),
+    ("用户和朋友们去山里徒步了。", "2022-03-01", None, None),
+    ("用户和姐姐去徒步了。", "2023-05-07", None, None),
+    ("用户和哥哥去徒步了。", "2023-08-20", None, None),
+]
+
+
+async def test_a_time_named_in_the_query_s_own_language_raises_what_happened_then(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    await add(sessionmaker, tenant, HIKES_IN_LANGUAGES)
+    sunday_after = {"reference_time": "2023-08-27T12:00:00Z"}  # "last week" is the week of 20 August
+    asked = [
+        ("Mit wem war ich im Mai 2023 wandern?", {}, "Der Nutzer war mit seiner Schwester wandern."),
+        ("Mit wem war ich letzte Woche wandern?", sunday_after, "Der Nutzer war mit seinem Bruder wandern."),
+        ("2023年5月我和谁去徒步了？", {}, "用户和姐姐去徒步了。"),
+        ("上周我和谁去徒步了？", sunday_after, "用户和哥哥去徒步了。"),
+    ]
+    for boost in (0.0, 1.0):
+        app = create_app(settings.model_copy(update={"search_time_boost": boost}), configure_logs=False)
+        async with AsyncTestClient(app=app) as client:
+            for query, body, hike in asked:
+                scores = dict(await found(client, tenant, query, **body))
+                others = max(score for content, score in scores.items() if content != hike)
+                if boost:
+                    assert scores[hike] > others, (query, scores)
+                else:
+                    assert scores[hike] <= others, (query, scores)  # the words alone do not tell

@@ -505,3 +505,104 @@ async def test_a_time_phrase_dates_only_the_clause_it_is_in() -> None:
         ("The user is vegetarian.", datetime(2019, 1, 1, tzinfo=UTC), None),
         ("The user lives in Seattle.", datetime(2024, 3, 1, tzinfo=UTC), None),
     ]
+
+
+# --- other languages --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "dated", "undated"),
+    [
+        (
+            "Ich bin letzten Monat nach Berlin gezogen und ich benutze hauptsächlich Python.",
+            "Der Nutzer wohnt in Berlin.",
+            "Der Nutzer benutzt hauptsächlich Python.",
+        ),
+        (
+            "Ich bin letzten Monat nach Berlin gezogen und benutze hauptsächlich Python.",  # no second "ich"
+            "Der Nutzer wohnt in Berlin.",
+            "Der Nutzer benutzt hauptsächlich Python.",
+        ),
+        (
+            "Me mudé a Madrid el mes pasado y uso principalmente Python.",
+            "El usuario vive en Madrid.",
+            "El usuario usa principalmente Python.",
+        ),
+        ("我上个月搬到了北京，我主要用Python。", "用户住在北京。", "用户主要使用Python。"),
+        ("我上个月搬到了北京，主要用Python。", "用户住在北京。", "用户主要使用Python。"),
+        (
+            "先月東京に引っ越しました。そして主にPythonを使っています。",
+            "ユーザーは東京に住んでいる。",
+            "ユーザーは主にPythonを使っている。",
+        ),
+        (
+            "先月東京に引っ越して、主にPythonを使っています。",
+            "ユーザーは東京に住んでいる。",
+            "ユーザーは主にPythonを使っている。",
+        ),
+    ],
+)
+async def test_in_other_languages_a_time_phrase_dates_only_its_clause(
+    text: str, dated: str, undated: str
+) -> None:
+    said_at = datetime(2024, 3, 10, 9, 0, tzinfo=UTC)
+    last_month = datetime(2024, 2, 1, tzinfo=UTC)
+
+    assert await _dated(text, said_at) == [(dated, last_month, None), (undated, None, None)]
+
+
+@pytest.mark.parametrize(
+    ("text", "content", "valid_from", "valid_to"),
+    [
+        # The phrase leaves the clause before the rules read it, wherever it stands.
+        ("Ich wohne seit 2019 in Berlin.", "Der Nutzer wohnt in Berlin.", (2019, 1, 1), None),
+        ("Seit drei Jahren wohne ich in Berlin.", "Der Nutzer wohnt in Berlin.", (2021, 3, 10), None),
+        ("Ich bin am 3. März 2024 nach Berlin gezogen.", "Der Nutzer wohnt in Berlin.", (2024, 3, 3), None),
+        ("Desde hace tres años vivo en Madrid.", "El usuario vive en Madrid.", (2021, 3, 10), None),
+        ("我从2019年开始住在北京。", "用户住在北京。", (2019, 1, 1), None),
+        ("2019年から東京に住んでいます。", "ユーザーは東京に住んでいる。", (2019, 1, 1), None),
+        ("2023年5月に東京に引っ越しました。", "ユーザーは東京に住んでいる。", (2023, 5, 1), None),
+        # Each clause keeps its own.
+        (
+            "Uso principalmente Python y vivo en Madrid desde 2019.",
+            "El usuario vive en Madrid.",
+            (2019, 1, 1),
+            None,
+        ),
+    ],
+)
+async def test_in_other_languages_the_fact_is_dated_without_its_phrase(
+    text: str, content: str, valid_from: tuple[int, int, int], valid_to: None
+) -> None:
+    found = await _dated(text, datetime(2024, 3, 10, 9, 0, tzinfo=UTC))
+
+    assert (content, datetime(*valid_from, tzinfo=UTC), valid_to) in found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Ich wohne nicht mehr in Berlin.",
+        "Wenn ich in Berlin wohne, fahre ich Rad.",
+        "¿Vives en Madrid?",
+        "Ya no vivo en Madrid.",
+        "我下个月搬到北京。",  # a plan: no 了
+        "我不住在北京。",
+        "東京に住んでいません。",
+        "東京に住んでいましたか？",
+        "Ich wohne dort seit 2019.",
+    ],
+)
+async def test_in_other_languages_what_is_not_a_statement_gives_nothing(text: str) -> None:
+    assert await _dated(text, datetime(2024, 3, 10, 9, 0, tzinfo=UTC)) == []
+
+
+async def test_a_place_told_in_another_language_replaces_the_one_held() -> None:
+    ops = await _ops("Ich bin nach Berlin gezogen.", candidates=("The user lives in Lyon.",))
+
+    assert [(op.kind, op.content, op.targets, op.reason) for op in ops] == [
+        (OpKind.SUPERSEDE, "Der Nutzer wohnt in Berlin.", (0,), "location changed from Lyon to Berlin")
+    ]
+    # And the other way round, read back from the memory's own language.
+    ops = await _ops("I live in Lyon.", candidates=("用户住在北京。",))
+    assert [(op.kind, op.reason) for op in ops] == [(OpKind.SUPERSEDE, "location changed from 北京 to Lyon")]
