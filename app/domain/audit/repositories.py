@@ -72,13 +72,14 @@ class AuditRepository:
         )
         return result.all()
 
-    async def seal(self, seals: Sequence[dict[str, Any]]) -> None:
-        """Write chain positions and hashes of unsealed events (the trigger allows this once)."""
+    async def seal(self, tenant_id: uuid.UUID, seals: Sequence[dict[str, Any]]) -> None:
+        """Write chain positions and hashes of the tenant's unsealed events (the trigger allows this
+        once)."""
         if not seals:
             return
         stmt = (
             update(AuditEvent)
-            .where(AuditEvent.id == bindparam("event_id"))
+            .where(AuditEvent.tenant_id == tenant_id, AuditEvent.id == bindparam("event_id"))
             .values(
                 seq=bindparam("new_seq"), prev_hash=bindparam("new_prev_hash"), hash=bindparam("new_hash")
             )

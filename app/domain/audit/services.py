@@ -99,7 +99,7 @@ async def seal_chain(session: AsyncSession, tenant_id: uuid.UUID, limit: int = 5
         )
         seals.append({"event_id": event.id, "new_seq": seq, "new_prev_hash": prev, "new_hash": digest})
         prev = digest
-    await repo.seal(seals)
+    await repo.seal(tenant_id, seals)
     head.seq, head.hash = seq, prev
     return len(seals)
 

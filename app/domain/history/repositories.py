@@ -31,10 +31,11 @@ _STALE_VECTORS = text(
     SELECT p.memory_id, tv.content
     FROM unnest(:memory_ids, :source_versions) AS p(memory_id, source_version)
     JOIN memory_versions tv ON tv.memory_id = p.memory_id AND tv.version = p.source_version
-    JOIN memories m ON m.id = p.memory_id
+    JOIN memories m ON m.tenant_id = tv.tenant_id AND m.id = p.memory_id
     CROSS JOIN LATERAL (
         SELECT e.created_at FROM memory_versions e
-        WHERE e.memory_id = tv.memory_id AND e.version <= tv.version AND e.embedding IS NOT NULL
+        WHERE e.tenant_id = tv.tenant_id AND e.memory_id = tv.memory_id AND e.version <= tv.version
+          AND e.embedding IS NOT NULL
         ORDER BY e.version DESC LIMIT 1
     ) written
     WHERE tv.tenant_id = :tenant_id AND tv.content <> m.content
@@ -174,11 +175,11 @@ class HistoryRepository:
         )
         return {(r.memory_id, r.version): VersionState.of(r) for r in rows}
 
-    async def touches(self, changeset_ids: Sequence[uuid.UUID]) -> list[Touch]:
-        """Every version the given changesets wrote."""
+    async def touches(self, tenant_id: uuid.UUID, changeset_ids: Sequence[uuid.UUID]) -> list[Touch]:
+        """Every version the given changesets of the tenant wrote."""
         rows = await self.session.execute(
             select(_v.memory_id, _v.version, _v.changeset_id, _v.user_id).where(
-                _v.changeset_id.in_(list(changeset_ids))
+                _v.tenant_id == tenant_id, _v.changeset_id.in_(list(changeset_ids))
             )
         )
         return [Touch(r.memory_id, r.version, r.changeset_id, r.user_id) for r in rows]
@@ -316,11 +317,15 @@ class HistoryRepository:
         keys = ("kind", "writer", "model", "status", "count", "first_at", "last_at")
         return [dict(zip(keys, row, strict=True)) for row in await self.session.execute(stmt)]
 
-    async def mark_reverted(self, changeset_ids: Sequence[uuid.UUID]) -> None:
+    async def mark_reverted(self, tenant_id: uuid.UUID, changeset_ids: Sequence[uuid.UUID]) -> None:
         if changeset_ids:
             await self.session.execute(
                 update(Changeset)
-                .where(Changeset.id.in_(list(changeset_ids)), Changeset.status == "applied")
+                .where(
+                    Changeset.tenant_id == tenant_id,
+                    Changeset.id.in_(list(changeset_ids)),
+                    Changeset.status == "applied",
+                )
                 .values(status="reverted")
             )
 

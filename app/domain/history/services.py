@@ -400,7 +400,7 @@ async def _revert_changesets(
     ids = [c.id for c in changesets]
     repo = HistoryRepository(session)
     first: dict[str, dict[uuid.UUID, int]] = defaultdict(dict)
-    for touch in await repo.touches(ids):
+    for touch in await repo.touches(tenant_id, ids):
         seen = first[touch.user_id].get(touch.memory_id)
         if seen is None or touch.version < seen:
             first[touch.user_id][touch.memory_id] = touch.version
@@ -426,7 +426,7 @@ async def _revert_changesets(
     )
     result.reverted = ids
     if not dry_run:
-        await repo.mark_reverted(ids)
+        await repo.mark_reverted(tenant_id, ids)
     return result
 
 

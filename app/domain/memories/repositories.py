@@ -111,9 +111,11 @@ class MemoryState:
             "valid_to": self.valid_to,
         }
 
-    def change(self, changeset_id: uuid.UUID, **values: Any) -> dict[str, Any]:
-        """Parameters of the UPDATE moving this head to its next version (`VersionWriter.write_applied`)."""
+    def change(self, tenant_id: uuid.UUID, changeset_id: uuid.UUID, **values: Any) -> dict[str, Any]:
+        """Parameters of the UPDATE moving this head (of `tenant_id`) to its next version
+        (`VersionWriter.write_applied`)."""
         return {
+            "b_tenant_id": tenant_id,
             "b_id": self.id,
             "b_version": self.version + 1,
             "b_changeset_id": changeset_id,
@@ -206,7 +208,7 @@ def in_force_at(as_of: datetime) -> Any:
 
     A version's time is its transaction's start; one transaction writes at most one version of a
     memory, so (memory, time) never ties and the highest version number is the one in force. One
-    backward walk of the (memory_id, version) index per memory: the cost follows the bank's size,
+    backward walk of the (tenant_id, memory_id, version) index per memory: the cost follows the bank's size,
     not the length of its history.
     """
     v = VERSIONS.alias("v")
@@ -225,20 +227,25 @@ def in_force_at(as_of: datetime) -> Any:
             v.c.valid_from,
             v.c.valid_to,
         )
-        .where(v.c.memory_id == _m.id, v.c.created_at <= as_of)
+        .where(v.c.tenant_id == _m.tenant_id, v.c.memory_id == _m.id, v.c.created_at <= as_of)
         .order_by(v.c.version.desc())
         .limit(1)
         .lateral("h")
     )
 
 
-def effective_embedding(memory_id: Any, version: Any) -> Any:
+def effective_embedding(tenant_id: Any, memory_id: Any, version: Any) -> Any:
     """The vector in force at a version: its own, or the latest earlier one (DELETE and SUPERSEDE
     versions do not repeat the vector)."""
     e = VERSIONS.alias("e")
     return (
         select(e.c.embedding)
-        .where(e.c.memory_id == memory_id, e.c.version <= version, e.c.embedding.is_not(None))
+        .where(
+            e.c.tenant_id == tenant_id,
+            e.c.memory_id == memory_id,
+            e.c.version <= version,
+            e.c.embedding.is_not(None),
+        )
         .order_by(e.c.version.desc())
         .limit(1)
         .scalar_subquery()
@@ -341,7 +348,9 @@ class MemoryRepository:
             heads.c.valid_to,
         ]
         if with_embedding:
-            columns.append(effective_embedding(heads.c.memory_id, heads.c.version).label("embedding"))
+            columns.append(
+                effective_embedding(_m.tenant_id, heads.c.memory_id, heads.c.version).label("embedding")
+            )
         stmt = (
             select(*columns)
             .select_from(MEMORIES.join(heads, true()))

@@ -84,7 +84,7 @@ def _lexical(rows: Sequence[dict[str, Any]], prefix: str = "") -> list[dict[str,
 # `MemoryState.change`.
 _MOVE_HEADS = (
     update(MEMORIES)
-    .where(_m.id == bindparam("b_id"))
+    .where(_m.tenant_id == bindparam("b_tenant_id"), _m.id == bindparam("b_id"))
     .values(
         version=bindparam("b_version"),
         status=bindparam("b_status"),
@@ -119,16 +119,18 @@ _INSERT_RESTORED = text(
            COALESCE(CAST(f.vector AS vector), CASE WHEN tv.content = m.content THEN m.embedding END,
                tv.embedding, (
                SELECT e.embedding FROM memory_versions e
-               WHERE e.memory_id = tv.memory_id AND e.version < tv.version AND e.embedding IS NOT NULL
+               WHERE e.tenant_id = tv.tenant_id AND e.memory_id = tv.memory_id AND e.version < tv.version
+                 AND e.embedding IS NOT NULL
                ORDER BY e.version DESC LIMIT 1)),
            :changeset_id, :actor, :reason
     FROM unnest(:memory_ids, :source_versions, :new_versions, :statuses)
          AS p(memory_id, source_version, new_version, status)
-    -- LATERAL: one probe of the (memory_id, version) index per row, however long the history.
+    -- LATERAL: one probe of the (tenant_id, memory_id, version) index per row, however long the history.
     CROSS JOIN LATERAL (
-        SELECT * FROM memory_versions v WHERE v.memory_id = p.memory_id AND v.version = p.source_version
+        SELECT * FROM memory_versions v
+        WHERE v.tenant_id = :tenant_id AND v.memory_id = p.memory_id AND v.version = p.source_version
     ) tv
-    JOIN memories m ON m.id = p.memory_id
+    JOIN memories m ON m.tenant_id = :tenant_id AND m.id = p.memory_id
     LEFT JOIN unnest(:fresh_ids, :fresh_vectors) AS f(memory_id, vector) ON f.memory_id = p.memory_id
     WHERE tv.tenant_id = :tenant_id AND tv.user_id = :user_id
     """
@@ -150,7 +152,8 @@ _MOVE_HEADS_TO_CHANGESET = text(
         valid_from = nv.valid_from, valid_to = nv.valid_to, language = nv.language, lexemes = nv.lexemes,
         changeset_id = nv.changeset_id, updated_at = now(), in_graph = false
     FROM memory_versions nv
-    WHERE nv.changeset_id = :changeset_id AND m.id = nv.memory_id
+    WHERE nv.tenant_id = :tenant_id AND nv.changeset_id = :changeset_id
+      AND m.tenant_id = :tenant_id AND m.id = nv.memory_id
     """
 )
 
@@ -260,7 +263,9 @@ class VersionWriter:
         )
         # Through the new versions' changeset index and the primary key: a handful of rows for a
         # revert, the whole bank for a restore, and never a scan of every memory of the tenant.
-        await self.session.execute(_MOVE_HEADS_TO_CHANGESET, {"changeset_id": changeset_id})
+        await self.session.execute(
+            _MOVE_HEADS_TO_CHANGESET, {"tenant_id": tenant_id, "changeset_id": changeset_id}
+        )
 
     async def write_imported(
         self, heads: Sequence[dict[str, Any]], versions: Sequence[dict[str, Any]]

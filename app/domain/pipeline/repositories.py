@@ -174,6 +174,7 @@ _ADD_USAGE = text(
 _GIVE_BACK = (
     update(CHUNKS)
     .where(
+        _c.tenant_id == bindparam("p_tenant_id"),
         _c.id == bindparam("p_chunk_id"),
         _c.status == "processing",
         _c.attempts == bindparam("p_attempt"),
@@ -406,6 +407,7 @@ class PipelineRepository:
 
     async def mark_failed_attempt(
         self,
+        tenant_id: uuid.UUID,
         chunk_id: uuid.UUID,
         *,
         error: str,
@@ -430,7 +432,7 @@ class PipelineRepository:
             values["usage"] = _ADD_USAGE.bindparams(p_usage=json.dumps(counts))
         if available_at is not None:
             values["available_at"] = available_at
-        fence = [_c.id == chunk_id, _c.status != "applied"]
+        fence = [_c.tenant_id == tenant_id, _c.id == chunk_id, _c.status != "applied"]
         if attempt is not None:  # a failed attempt of this worker's claim, not of someone else's
             fence.append(_c.attempts == attempt)
         result = await self.session.execute(update(CHUNKS).where(*fence).values(**values).returning(_c.id))
@@ -454,7 +456,7 @@ class PipelineRepository:
             values["available_at"] = available_at
         if values:
             statement = statement.values(**values)
-        params = {"p_chunk_id": chunk.id, "p_attempt": chunk.attempts}
+        params = {"p_tenant_id": chunk.tenant_id, "p_chunk_id": chunk.id, "p_attempt": chunk.attempts}
         return (await self.session.execute(statement, params)).first() is not None
 
     async def has_ready(self, tenant_id: uuid.UUID, user_id: str) -> bool:

@@ -48,7 +48,8 @@ bank AS (
            -- else the version's, or, for a version that changed no text, the last one written
            CASE WHEN v.content = m.content THEN m.embedding ELSE coalesce(v.embedding, (
                SELECT w.embedding FROM memory_versions w
-               WHERE w.memory_id = v.memory_id AND w.version < v.version AND w.embedding IS NOT NULL
+               WHERE w.tenant_id = v.tenant_id AND w.memory_id = v.memory_id AND w.version < v.version
+                 AND w.embedding IS NOT NULL
                ORDER BY w.version DESC LIMIT 1
            )) END AS embedding,
            m.created_at, v.created_at AS updated_at{lexemes}
@@ -58,7 +59,7 @@ bank AS (
         WHERE tenant_id = :tenant_id {user_filter} AND created_at <= :as_of
         ORDER BY memory_id, version DESC
     ) v
-    JOIN memories m ON m.id = v.memory_id
+    JOIN memories m ON m.tenant_id = v.tenant_id AND m.id = v.memory_id
     WHERE {status_filter}{expiry_filter}
 )"""
 
@@ -108,7 +109,7 @@ CROSS JOIN LATERAL (
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY (embedding <=> q.e) + 0 LIMIT :top_k
 ) v
-JOIN memories b ON b.id = v.id
+JOIN memories b ON b.tenant_id = :tenant_id AND b.id = v.id
 ORDER BY q.ord, v.distance, b.created_at, b.id"""
 )
 

@@ -52,7 +52,7 @@ _OUTCOMES = text(
                 THEN substr(c.idempotency_key, 5) ELSE c.id::text END AS source_id,
            c.user_id, c.seq, c.status, c.last_error, cs.ops, cs.guards, cs.usage AS usage,
            c.usage AS failed_usage
-    FROM chunks c LEFT JOIN changesets cs ON cs.id = c.changeset_id
+    FROM chunks c LEFT JOIN changesets cs ON cs.tenant_id = c.tenant_id AND cs.id = c.changeset_id
     WHERE c.tenant_id = :p_tenant AND (CAST(:p_user AS text) IS NULL OR c.user_id = :p_user)
     ORDER BY c.user_id, c.seq
     """

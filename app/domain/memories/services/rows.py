@@ -126,7 +126,9 @@ class Rows:
                 for old in targets:
                     valid_to = old.valid_to or ended
                     old_state = old.state() | {"status": "superseded", "valid_to": valid_to}
-                    self.changed.append(old.change(changeset_id, status="superseded", valid_to=valid_to))
+                    self.changed.append(
+                        old.change(request.tenant_id, changeset_id, status="superseded", valid_to=valid_to)
+                    )
                     version(
                         old.id, old.version + 1, "SUPERSEDE", old_state, op.reason, superseded_by=memory_id
                     )
@@ -140,6 +142,7 @@ class Rows:
                 valid_from, valid_to = op.valid_from or old.valid_from, op.valid_to or old.valid_to
                 self.changed.append(
                     old.change(
+                        request.tenant_id,
                         changeset_id,
                         content=content,
                         tags=tags,
@@ -162,7 +165,7 @@ class Rows:
                 entry["memory_id"] = str(old.id)
             elif op.kind is OpKind.DELETE:
                 old = targets[0]
-                self.changed.append(old.change(changeset_id, status="deleted"))
+                self.changed.append(old.change(request.tenant_id, changeset_id, status="deleted"))
                 version(old.id, old.version + 1, "DELETE", old.state() | {"status": "deleted"}, op.reason)
                 entry["memory_id"] = str(old.id)
 

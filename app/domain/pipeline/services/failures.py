@@ -105,6 +105,7 @@ async def fail(
     attempts = attempt if attempt is not None else chunk.attempts
     async with AsyncSession(deps.engine) as session, session.begin():
         recorded = await PipelineRepository(session).mark_failed_attempt(
+            chunk.tenant_id,
             chunk.id,
             error=storable_text(error[:MAX_ERROR_CHARS]),  # a plugin's message may hold a NUL
             raw_output=None if raw is None else storable_text(raw),
