@@ -92,7 +92,7 @@ async def measure_graph(
     cpu_before, wall_before = sum(backend.cpu_times()[:2]), time.perf_counter()
     added = 0
     while added < len(held_out):
-        count = await conn.fetchval("SELECT memstore_index_graph($1, true)", BATCH)
+        count = await conn.fetchval("SELECT memstore_index_graph($1, '', $2)", tenant_id, BATCH)
         if not count:
             break
         added += count

@@ -10,7 +10,7 @@ from sqlalchemy import BigInteger, DateTime, ForeignKey, Identity, Index, String
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.base import Base
+from app.db.base import Base, tenant_key
 
 
 class AuditEvent(Base):
@@ -23,12 +23,13 @@ class AuditEvent(Base):
 
     __tablename__ = "audit_events"
     __table_args__ = (
+        tenant_key(),
         Index("uq_audit_events_tenant_seq", "tenant_id", "seq", unique=True),
         Index("ix_audit_events_tenant_time", "tenant_id", "created_at"),
         Index("ix_audit_events_unsealed", "tenant_id", "id", postgresql_where=text("hash IS NULL")),
     )
 
-    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True))
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
     # Position in the tenant's chain: 1, 2, 3 ... without gaps (NULL until sealed).
     seq: Mapped[int | None] = mapped_column(BigInteger)

@@ -10,7 +10,7 @@ from sqlalchemy import CheckConstraint, ForeignKey, Index, String, Text, text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.base import Base, timestamp_column, uuid_pk
+from app.db.base import Base, tenant_key, timestamp_column, uuid_id
 
 # `review`: a held writer op, applied on approval with the writer's provenance.
 CHANGESET_KINDS = ("writer", "rollback", "revert", "restore", "manual", "review")
@@ -25,9 +25,11 @@ class Changeset(Base):
 
     __tablename__ = "changesets"
     __table_args__ = (
+        tenant_key(),
         # Exactly-once effect: a chunk can be applied by a writer at most once, whatever the queue does.
         Index(
             "uq_changesets_writer_chunk",
+            "tenant_id",
             "chunk_id",
             unique=True,
             postgresql_where=text("kind = 'writer'"),
@@ -38,7 +40,7 @@ class Changeset(Base):
         CheckConstraint(f"status IN {CHANGESET_STATUSES!r}", name="status"),
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
     user_id: Mapped[str] = mapped_column(String(200), nullable=False)
     kind: Mapped[str] = mapped_column(String(16), nullable=False)

@@ -21,7 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.base import Base, timestamp_column, uuid_pk
+from app.db.base import Base, tenant_key, timestamp_column, uuid_id
 
 CHUNK_STATUSES = ("queued", "processing", "applied", "failed")
 
@@ -31,6 +31,7 @@ class Chunk(Base):
 
     __tablename__ = "chunks"
     __table_args__ = (
+        tenant_key(),
         # Per-scope order: `seq` is assigned at acceptance and never reused.
         Index("uq_chunks_scope_seq", "tenant_id", "user_id", "seq", unique=True),
         Index(
@@ -64,7 +65,7 @@ class Chunk(Base):
         CheckConstraint(f"status IN {CHUNK_STATUSES!r}", name="status"),
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
     user_id: Mapped[str] = mapped_column(String(200), nullable=False)
     agent_id: Mapped[str | None] = mapped_column(String(200))

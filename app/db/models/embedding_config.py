@@ -21,9 +21,11 @@ class EmbeddingConfig(Base):
     id: Mapped[int] = mapped_column(SmallInteger, primary_key=True, default=1)
     name: Mapped[str] = mapped_column(String(200), nullable=False)
     dim: Mapped[int] = mapped_column(Integer, nullable=False)
-    # While `memstore reembed` runs: the embedder it moves to, and the last memory id it finished
-    # (memories are walked in id order, so an interrupted run resumes after it).
+    # While `memstore reembed` runs: the embedder it moves to, and the last memory it finished, its
+    # tenant and id (memories are walked tenant by tenant in id order, so an interrupted run resumes
+    # after it).
     target_name: Mapped[str | None] = mapped_column(String(200))
+    cursor_tenant_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     cursor: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     # When a re-embedding last finished: vectors written before it are another model's (NULL: never).
     changed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -20,7 +20,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.config import get_settings
-from app.db.base import Base, Embedding, timestamp_column, uuid_pk
+from app.db.base import Base, Embedding, tenant_key, timestamp_column, uuid_id
 
 MEMORY_STATUSES = ("active", "superseded", "deleted")
 MEMORY_OWNERS = ("user", "agent")
@@ -34,6 +34,7 @@ class Memory(Base):
 
     __tablename__ = "memories"
     __table_args__ = (
+        tenant_key(),
         # Scoped reads and exact search walk this B-tree: a user's active memories, nothing else.
         Index("ix_memories_scope", "tenant_id", "user_id", "status"),
         # Cross-scope and very large scopes: approximate search over current memories only, so
@@ -65,7 +66,7 @@ class Memory(Base):
         CheckConstraint(f"owner IN {MEMORY_OWNERS!r}", name="owner"),
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
     user_id: Mapped[str] = mapped_column(String(200), nullable=False)
     agent_id: Mapped[str | None] = mapped_column(String(200))

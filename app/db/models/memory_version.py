@@ -20,7 +20,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.config import get_settings
-from app.db.base import Base, Embedding, timestamp_column
+from app.db.base import Base, Embedding, tenant_key, timestamp_column
 
 VERSION_OPS = ("ADD", "UPDATE", "SUPERSEDE", "DELETE", "ROLLBACK", "RESTORE")
 
@@ -33,14 +33,15 @@ class MemoryVersion(Base):
 
     __tablename__ = "memory_versions"
     __table_args__ = (
-        Index("uq_memory_versions_memory_version", "memory_id", "version", unique=True),
+        tenant_key(),
+        Index("uq_memory_versions_memory_version", "tenant_id", "memory_id", "version", unique=True),
         # As-of reads: the latest version of each memory of a scope at or before a time.
         Index("ix_memory_versions_scope_time", "tenant_id", "user_id", "created_at"),
         Index("ix_memory_versions_changeset", "changeset_id"),
         CheckConstraint(f"op IN {VERSION_OPS!r}", name="op"),
     )
 
-    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True))
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
     user_id: Mapped[str] = mapped_column(String(200), nullable=False)
     memory_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)

@@ -6,11 +6,11 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.base import Base, timestamp_column, uuid_pk
+from app.db.base import Base, tenant_key, timestamp_column, uuid_id
 
 REVIEW_STATUSES = ("pending", "approved", "rejected")
 
@@ -26,12 +26,15 @@ class Review(Base):
 
     __tablename__ = "reviews"
     __table_args__ = (
+        tenant_key(),
         Index("ix_reviews_queue", "tenant_id", "status", "created_at", "id"),
+        # The operators' count of reviews waiting, per tenant (`memstore_operator_status`).
+        Index("ix_reviews_pending", "tenant_id", "created_at", postgresql_where=text("status = 'pending'")),
         Index("ix_reviews_scope", "tenant_id", "user_id", "created_at"),
         CheckConstraint(f"status IN {REVIEW_STATUSES!r}", name="status"),
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
     user_id: Mapped[str] = mapped_column(String(200), nullable=False)
     agent_id: Mapped[str | None] = mapped_column(String(200))

@@ -6,11 +6,11 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey, Integer
+from sqlalchemy import ForeignKey, ForeignKeyConstraint, Integer
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.base import Base, timestamp_column
+from app.db.base import Base, tenant_key, timestamp_column
 
 
 class WriterView(Base):
@@ -19,10 +19,15 @@ class WriterView(Base):
     both immutable, hold them. Deleted with its changeset (a purge)."""
 
     __tablename__ = "writer_views"
-
-    changeset_id: Mapped[uuid.UUID] = mapped_column(
-        UUID(as_uuid=True), ForeignKey("changesets.id", ondelete="CASCADE"), primary_key=True
+    __table_args__ = (
+        tenant_key("changeset_id"),
+        # Co-located with its changeset: the tenant on both sides.
+        ForeignKeyConstraint(
+            ["tenant_id", "changeset_id"], ["changesets.tenant_id", "changesets.id"], ondelete="CASCADE"
+        ),
     )
+
+    changeset_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
     # [{"local_id": 0, "memory_id": "...", "version": 3}, ...] in local-id order.
     candidates: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, nullable=False, server_default="[]")

@@ -102,12 +102,12 @@ async def event(
     session: AsyncSession, tenant_id: uuid.UUID, event_id: uuid.UUID, *, may_read: bool
 ) -> EventOut:
     """An add's event: its chunk's progress, and once applied what its changeset wrote."""
-    chunk = await session.get(Chunk, event_id)
-    if chunk is None or chunk.tenant_id != tenant_id:
+    chunk = await session.get(Chunk, (tenant_id, event_id))  # keyed by tenant, then id
+    if chunk is None:
         raise NotFoundError("No such event.")
     results: list[EventResult] = []
     if chunk.changeset_id is not None:
-        changeset = await session.get(Changeset, chunk.changeset_id)
+        changeset = await session.get(Changeset, (tenant_id, chunk.changeset_id))
         for op in changeset.ops if changeset is not None else []:
             if op.get("memory_id") and op.get("op") in ("ADD", "UPDATE", "SUPERSEDE", "DELETE"):
                 kind = {"SUPERSEDE": "ADD"}.get(op["op"], op["op"])

@@ -167,7 +167,7 @@ _WRITE_UNCHANGED = text(
         language = f.language, lexemes = to_tsvector(CAST(f.config AS regconfig), f.lex_text)
     FROM unnest(:ids, :contents, :vectors, :languages, :configs, :lex_texts)
         AS f(id, content, vector, language, config, lex_text)
-    WHERE m.id = f.id AND m.content = f.content
+    WHERE m.tenant_id = :tenant_id AND m.id = f.id AND m.content = f.content
     RETURNING m.id
     """
 ).bindparams(
@@ -277,7 +277,7 @@ class VersionWriter:
         if heads:
             insert_heads = pg_insert(MEMORIES).values(lexemes=_lexemes())
             upsert = insert_heads.on_conflict_do_update(
-                index_elements=[_m.id],
+                index_elements=[_m.tenant_id, _m.id],
                 set_={name: insert_heads.excluded[name] for name in _IMPORTED_CHANGES} | {"in_graph": False},
                 where=_m.version < insert_heads.excluded.version,
             ).returning(_m.id)
@@ -290,15 +290,16 @@ class VersionWriter:
         return written, len((await self.session.execute(new_versions, _lexical(versions))).all())
 
     async def write_vectors(
-        self, texts: dict[uuid.UUID, str], vectors: Sequence[Sequence[float]]
+        self, tenant_id: uuid.UUID, texts: dict[uuid.UUID, str], vectors: Sequence[Sequence[float]]
     ) -> set[uuid.UUID]:
         """Each memory's new vector (`search.reembed`), and its language and lexemes analysed again,
-        where the memory still holds the text it was made from (`texts`, in the order of `vectors`); the
-        ids written."""
+        where the memory (of `tenant_id`) still holds the text it was made from (`texts`, in the order
+        of `vectors`); the ids written."""
         analysed = [_analysis(content) for content in texts.values()]
         rows = await self.session.execute(
             _WRITE_UNCHANGED,
             {
+                "tenant_id": tenant_id,
                 "ids": list(texts),
                 "contents": list(texts.values()),
                 "vectors": [vector_text(v) for v in vectors],

@@ -516,7 +516,11 @@ class PipelineRepository:
         if not rows:
             return 0
         table = cast("Table", Chunk.__table__)
-        stmt = insert(table).on_conflict_do_nothing(index_elements=[table.c.id]).returning(table.c.id)
+        stmt = (
+            insert(table)
+            .on_conflict_do_nothing(index_elements=[table.c.tenant_id, table.c.id])
+            .returning(table.c.id)
+        )
         return len((await self.session.execute(stmt, list(rows))).all())
 
     # --- an admin's retry ----------------------------------------------------------------------

@@ -14,8 +14,11 @@ one per 8 s while they find nothing. It marks the tail's rows in small batches, 
 transaction, so a writer that wants one of those rows waits for one batch at most, and rows a writer
 holds are skipped until it has written them.
 
-The mark is set by `memstore_index_graph` (migrations 0011, 0012), a function of the tables' owner: the
-graph is one index over every tenant, and the function returns only how many rows it marked.
+The mark is set by `memstore_index_graph` (migrations 0011, 0012, 0020), a function of the tables'
+owner: the graph is one index over every tenant, and the function returns only how many rows it marked.
+Each call marks rows of one tenant (of one of its users, or of all of them), and
+`memstore_graph_tails` says which have a tail to add: no statement touches two tenants, so the indexer
+runs unchanged where the tables are distributed by tenant.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from app.lib.errors import is_db_outage
 
 log = structlog.get_logger(__name__)
 
-_INDEX_BATCH = text("SELECT memstore_index_graph(:batch, :everything)")
+_TAILS = text("SELECT tenant_id, user_id FROM memstore_graph_tails(:everything)")
+_INDEX_BATCH = text("SELECT memstore_index_graph(:tenant_id, :user_id, :batch)")
 
 
 async def want_graph(session: AsyncSession, tenant_id: uuid.UUID, user_id: str | None) -> None:
@@ -52,18 +56,28 @@ async def want_graph(session: AsyncSession, tenant_id: uuid.UUID, user_id: str |
 
 async def index_graph(engine: AsyncEngine, *, batch: int, budget_s: float, everything: bool = False) -> int:
     """Add the graph's tail of the wanted scopes (of every scope with `everything`) to it, `batch` rows
-    per transaction, until that tail is empty or `budget_s` has passed; how many rows were added."""
+    of one tenant per transaction, until that tail is empty or `budget_s` has passed; how many rows
+    were added. The tails take turns, a batch each, so one large tail holds no other back."""
     started = time.monotonic()
     total = 0
     # One statement per batch, its own transaction (no BEGIN / COMMIT round trips).
     autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-    while True:
-        async with autocommit.connect() as conn:
-            added = int(await conn.scalar(_INDEX_BATCH, {"batch": batch, "everything": everything}) or 0)
-        total += added
-        metrics.GRAPH_ROWS_INDEXED.inc(added)
-        if added < batch or time.monotonic() - started >= budget_s:
-            return total
+    async with autocommit.connect() as conn:
+        tails = [(r.tenant_id, r.user_id) for r in await conn.execute(_TAILS, {"everything": everything})]
+    while tails:
+        left = []
+        for tenant_id, user_id in tails:
+            async with autocommit.connect() as conn:
+                params = {"tenant_id": tenant_id, "user_id": user_id, "batch": batch}
+                added = int(await conn.scalar(_INDEX_BATCH, params) or 0)
+            total += added
+            metrics.GRAPH_ROWS_INDEXED.inc(added)
+            if time.monotonic() - started >= budget_s:
+                return total
+            if added == batch:
+                left.append((tenant_id, user_id))
+        tails = left
+    return total
 
 
 async def keep_indexing(

@@ -1,8 +1,10 @@
 """Re-embedding every memory with another embedder, in batches that each commit, so a run resumes.
 
 `embedding_config` names the embedder of the stored vectors. A run records its target embedder and,
-after each batch, the last memory id it finished (memories are walked in id order); a run started
-again with the same embedder continues from there; one with another embedder starts over. When the
+after each batch, the last memory it finished, its tenant and id: memories are walked tenant by tenant
+(in the order of their ids), each in id order, and every statement reads or writes one tenant's rows
+(the schema distributes by tenant, docs/operations.md). A run started again with the same embedder
+continues from there; one with another embedder starts over. When the
 walk ends the target becomes the recorded embedder. While a run is under way, searches with the
 target embedder are allowed (the bank is partly re-embedded); others are refused.
 
@@ -26,15 +28,16 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import Table, func, select, true, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.models import EmbeddingConfig, Memory
+from app.db.models import EmbeddingConfig, Memory, Tenant
 from app.domain.memories.version_writer import VersionWriter
 from app.embeddings import Embedder
 
 MEMORIES: Table = Memory.__table__  # type: ignore[assignment]
+TENANTS: Table = Tenant.__table__  # type: ignore[assignment]
 
 
 class ReembedError(RuntimeError):
@@ -82,28 +85,32 @@ async def reembed(
         if config.name == embedder.name and config.target_name is None and not force:
             return ReembedOutcome(embedder.name, previous, total, total, total, finished=True)
         if config.target_name != embedder.name:
-            config.target_name, config.cursor = embedder.name, None
-        cursor = config.cursor
+            config.target_name, config.cursor_tenant_id, config.cursor = embedder.name, None, None
+        # The last memory done: its tenant (None before the first) and id (None: none of it yet).
+        tenant_id, cursor = config.cursor_tenant_id, config.cursor
         done = 0
-        if cursor is not None:
-            done = int(
-                await session.scalar(
-                    select(func.count()).select_from(MEMORIES).where(MEMORIES.c.id <= cursor)
-                )
-                or 0
-            )
+        if tenant_id is not None and cursor is not None:
+            walked = tuple_(MEMORIES.c.tenant_id, MEMORIES.c.id) <= tuple_(tenant_id, cursor)
+            done = int(await session.scalar(select(func.count()).select_from(MEMORIES).where(walked)) or 0)
     resumed_from = done
     if progress:
         progress(done, total)
     batches = 0
-    m = MEMORIES.c
     while max_batches is None or batches < max_batches:
         async with sessionmaker() as session:  # closed (its read transaction ended) before embedding
-            stmt = select(m.id, m.content).order_by(m.id).limit(batch_size)
-            if cursor is not None:
-                stmt = stmt.where(m.id > cursor)
-            rows = (await session.execute(stmt)).all()
-        if not rows:
+            rows = await _next_batch(session, tenant_id, cursor, batch_size)
+            while not rows:  # the tenant is done: on to the next one that has memories
+                tenant_id = await session.scalar(
+                    select(TENANTS.c.id)
+                    .where(TENANTS.c.id > tenant_id if tenant_id is not None else true())
+                    .order_by(TENANTS.c.id)
+                    .limit(1)
+                )
+                cursor = None
+                if tenant_id is None:
+                    break
+                rows = await _next_batch(session, tenant_id, cursor, batch_size)
+        if tenant_id is None:
             async with sessionmaker() as session, session.begin():
                 await session.execute(
                     update(EmbeddingConfig)
@@ -111,14 +118,15 @@ async def reembed(
                     .values(
                         name=embedder.name,
                         target_name=None,
+                        cursor_tenant_id=None,
                         cursor=None,
                         updated_at=func.now(),
                         changed_at=func.now(),
                     )
                 )
             return ReembedOutcome(embedder.name, previous, total, done, resumed_from, finished=True)
-        cursor = rows[-1].id
-        await _reembed_batch(sessionmaker, embedder, {r.id: r.content for r in rows}, cursor)
+        cursor = next(reversed(rows))
+        await _reembed_batch(sessionmaker, embedder, tenant_id, rows, cursor)
         done += len(rows)
         batches += 1
         if progress:
@@ -126,30 +134,48 @@ async def reembed(
     return ReembedOutcome(embedder.name, previous, total, done, resumed_from, finished=False)
 
 
+async def _next_batch(
+    session: AsyncSession, tenant_id: uuid.UUID | None, after: uuid.UUID | None, size: int
+) -> dict[uuid.UUID, str]:
+    """The tenant's next `size` memories after memory `after` (from its first if None): their texts by
+    id, in id order."""
+    if tenant_id is None:
+        return {}
+    m = MEMORIES.c
+    stmt = select(m.id, m.content).where(m.tenant_id == tenant_id).order_by(m.id).limit(size)
+    if after is not None:
+        stmt = stmt.where(m.id > after)
+    return {row.id: row.content for row in await session.execute(stmt)}
+
+
 async def _reembed_batch(
     sessionmaker: async_sessionmaker[AsyncSession],
     embedder: Embedder,
+    tenant_id: uuid.UUID,
     texts: dict[uuid.UUID, str],
     cursor: uuid.UUID,
 ) -> None:
-    """Embed a batch and store its vectors; the last transaction also moves the run's cursor to
-    `cursor`. Memories whose text changed meanwhile are read again and embedded again, until every
-    memory of the batch has the vector of the text it holds (a purged one drops out)."""
+    """Embed a batch of the tenant's memories and store their vectors; the last transaction also
+    moves the run's cursor to (`tenant_id`, `cursor`). Memories whose text changed meanwhile are read
+    again and embedded again, until every memory of the batch has the vector of the text it holds (a
+    purged one drops out)."""
     pending = texts
     while pending:
         vectors = await embedder.embed(list(pending.values()))
         async with sessionmaker() as session, session.begin():
-            written = await VersionWriter(session).write_vectors(pending, vectors)
+            written = await VersionWriter(session).write_vectors(tenant_id, pending, vectors)
             changed = [memory_id for memory_id in pending if memory_id not in written]
             pending = {}
             if changed:
                 rows = await session.execute(
-                    select(MEMORIES.c.id, MEMORIES.c.content).where(MEMORIES.c.id.in_(changed))
+                    select(MEMORIES.c.id, MEMORIES.c.content).where(
+                        MEMORIES.c.tenant_id == tenant_id, MEMORIES.c.id.in_(changed)
+                    )
                 )
                 pending = {row.id: row.content for row in rows}
             if not pending:
                 await session.execute(
                     update(EmbeddingConfig)
                     .where(EmbeddingConfig.id == 1)
-                    .values(cursor=cursor, updated_at=func.now())
+                    .values(cursor_tenant_id=tenant_id, cursor=cursor, updated_at=func.now())
                 )

@@ -1,13 +1,12 @@
-"""The schema can be distributed by tenant: every key holds `tenant_id`, or is a known exception.
+"""The schema can be distributed by tenant: every key holds `tenant_id`, or is a reference table's.
 
 Past one Postgres the path is Citus distributed by `tenant_id` (or a managed Postgres, which needs
 nothing here). Citus enforces a primary key, a unique constraint or index, or an exclusion constraint
 of a distributed table only if it contains the distribution column, and a foreign key between two
 distributed tables only if both sides pair it (the tables are then co-located, the row and its
-referent on one node). So every such key of the migrated schema must contain `tenant_id` — or its
-table is a *reference table* (small, replicated to every node), or the key is listed below as a known
-exception with what would fix it. A new table or key that fits none of these fails here, and an
-exception that was fixed fails too until it is taken off the list.
+referent on one node). So every such key of the migrated schema must contain `tenant_id`, or its
+table is a *reference table* (small, replicated to every node). A new table or key that fits neither
+fails here. (The last ten keys that did not were fixed by migration 0020.)
 
 Functions that change rows of several tenants in one statement cannot be judged from the catalog;
 every SECURITY DEFINER function (the only way the service reaches past its tenants) is listed with
@@ -17,11 +16,13 @@ what it does across tenants, so a new one is looked at before it ships.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
+
+import app.db.models  # noqa: F401  (registers every table)
+from app.db.base import metadata
 
 DISTRIBUTION_COLUMN = "tenant_id"
 
@@ -37,76 +38,10 @@ REFERENCE_TABLES = {
 }
 
 
-@dataclass(frozen=True)
-class Exemption:
-    """A key of a distributed table without `tenant_id`: why it is so, and the DDL that fixes it
-    (after the fixes listed before it)."""
-
-    reason: str
-    fix: str
-
-
-# Keys of distributed tables that lack `tenant_id` today, each with the DDL that fixes it; run in this
-# order, the fixes clear the list (`test_the_listed_fixes_clear_every_exception`). A primary key on a
-# random id (uuid, or a bigint identity) is unique across tenants anyway; the fix puts the tenant in
-# it, and any `ON CONFLICT (id)` of the code that relies on the old key moves to `(tenant_id, id)`.
-KNOWN_EXCEPTIONS: dict[str, Exemption] = {
-    "pk_audit_events": Exemption(
-        "bigint identity key; the chain is (tenant_id, seq)",
-        "ALTER TABLE audit_events DROP CONSTRAINT pk_audit_events, "
-        "ADD CONSTRAINT pk_audit_events PRIMARY KEY (tenant_id, id)",
-    ),
-    "pk_changesets": Exemption(
-        "uuid key; writer_views refers to it",
-        "ALTER TABLE writer_views DROP CONSTRAINT IF EXISTS fk_writer_views_changeset_id_changesets; "
-        "ALTER TABLE changesets DROP CONSTRAINT pk_changesets, "
-        "ADD CONSTRAINT pk_changesets PRIMARY KEY (tenant_id, id)",
-    ),
-    "uq_changesets_writer_chunk": Exemption(
-        "one writer changeset per chunk; chunk ids are the tenant's",
-        "DROP INDEX uq_changesets_writer_chunk; CREATE UNIQUE INDEX uq_changesets_writer_chunk "
-        "ON changesets (tenant_id, chunk_id) WHERE kind = 'writer'",
-    ),
-    "pk_chunks": Exemption(
-        "uuid key; transfer imports ON CONFLICT (id)",
-        "ALTER TABLE chunks DROP CONSTRAINT pk_chunks, ADD CONSTRAINT pk_chunks PRIMARY KEY (tenant_id, id)",
-    ),
-    "pk_memories": Exemption(
-        "uuid key; transfer's upsert is ON CONFLICT (id), re-embedding walks ids across tenants",
-        "ALTER TABLE memories DROP CONSTRAINT pk_memories, "
-        "ADD CONSTRAINT pk_memories PRIMARY KEY (tenant_id, id)",
-    ),
-    "pk_memory_versions": Exemption(
-        "bigint identity key",
-        "ALTER TABLE memory_versions DROP CONSTRAINT pk_memory_versions, "
-        "ADD CONSTRAINT pk_memory_versions PRIMARY KEY (tenant_id, id)",
-    ),
-    "uq_memory_versions_memory_version": Exemption(
-        "one row per version of a memory; memory ids are the tenant's",
-        "DROP INDEX uq_memory_versions_memory_version; CREATE UNIQUE INDEX "
-        "uq_memory_versions_memory_version ON memory_versions (tenant_id, memory_id, version)",
-    ),
-    "pk_reviews": Exemption(
-        "uuid key",
-        "ALTER TABLE reviews DROP CONSTRAINT pk_reviews, "
-        "ADD CONSTRAINT pk_reviews PRIMARY KEY (tenant_id, id)",
-    ),
-    "pk_writer_views": Exemption(
-        "one row per changeset, keyed by it",
-        "ALTER TABLE writer_views DROP CONSTRAINT pk_writer_views, "
-        "ADD CONSTRAINT pk_writer_views PRIMARY KEY (tenant_id, changeset_id)",
-    ),
-    "fk_writer_views_changeset_id_changesets": Exemption(
-        "refers to changesets by id alone (not co-located)",
-        "ALTER TABLE writer_views DROP CONSTRAINT IF EXISTS fk_writer_views_changeset_id_changesets, "
-        "ADD CONSTRAINT fk_writer_views_changeset_id_changesets "
-        "FOREIGN KEY (tenant_id, changeset_id) REFERENCES changesets (tenant_id, id) ON DELETE CASCADE",
-    ),
-}
-
 # Every SECURITY DEFINER function, by what it does across tenants (docs/operations.md, "Scaling").
 CROSS_TENANT_FUNCTIONS = {
-    "memstore_index_graph": "UPDATEs memories of every tenant (or of all wanted scopes) in one statement",
+    "memstore_index_graph": "UPDATEs the graph tail of one tenant (or of one of its users) per call",
+    "memstore_graph_tails": "reads graph_scopes and the graph tail of memories of every tenant (the indexer)",
     "memstore_purge_user": "deletes one user of one tenant: one tenant per call",
     "memstore_key_tenant": "reads api_keys by key hash (a reference table)",
     "memstore_visible_tenants": "reads tenants (a reference table)",
@@ -115,8 +50,8 @@ CROSS_TENANT_FUNCTIONS = {
     "memstore_backlog": "reads chunks of every tenant (/metrics)",
     "memstore_tenant_backlog": "reads chunks of every tenant, then the changesets of the few waiting longest",
     "memstore_shadow_backlog": "reads chunks of every shadow bank (/metrics)",
-    "memstore_operator_status": "reads chunks, reviews, audit_events of every tenant, one probe each",
-    "memstore_failed_chunks": "reads failed chunks of every tenant, one probe each",
+    "memstore_operator_status": "reads chunks, reviews, audit_events of every tenant, grouped by tenant",
+    "memstore_failed_chunks": "reads failed chunks of every tenant, grouped by tenant and error",
     "memstore_writer_stats": "reads changesets joined to chunks on (tenant_id, id), every tenant",
     "memstore_operator_gauges": "reads reviews and audit_events of every tenant",
     "memstore_webhook_due_tenants": "reads pending webhook_deliveries of every tenant (the delivery job)",
@@ -166,7 +101,7 @@ ORDER BY 1
 
 async def distribution_findings(conn: asyncpg.Connection) -> dict[str, str]:
     """What keeps the public schema from being distributed by `tenant_id`: the offending constraint or
-    index (or table) by name, with why. Reference tables are passed over; known exceptions are not."""
+    index (or table) by name, with why. Reference tables are passed over."""
     findings: dict[str, str] = {}
     for row in await conn.fetch(TABLES, DISTRIBUTION_COLUMN):
         if row["table_name"] not in REFERENCE_TABLES and not row["has_tenant"]:
@@ -201,26 +136,29 @@ async def owner(owner_database_url: str) -> AsyncIterator[asyncpg.Connection]:
     await conn.close()
 
 
-async def test_every_key_holds_the_tenant_or_is_a_known_exception(owner: asyncpg.Connection) -> None:
+async def test_every_key_holds_the_tenant(owner: asyncpg.Connection) -> None:
+    """... unless its table is a reference table."""
     findings = await distribution_findings(owner)
-    unknown = {name: why for name, why in findings.items() if name not in KNOWN_EXCEPTIONS}
-    assert not unknown, "keys that would keep the schema from being distributed by tenant:\n" + "\n".join(
-        unknown.values()
+    assert not findings, "keys that would keep the schema from being distributed by tenant:\n" + "\n".join(
+        findings.values()
     )
-    fixed = sorted(set(KNOWN_EXCEPTIONS) - set(findings))
-    assert not fixed, f"no longer exceptions (fixed or gone): take them off KNOWN_EXCEPTIONS: {fixed}"
 
 
-async def test_the_listed_fixes_clear_every_exception(owner: asyncpg.Connection) -> None:
-    transaction = owner.transaction()
-    await transaction.start()
-    try:
-        for exemption in KNOWN_EXCEPTIONS.values():
-            await owner.execute(exemption.fix)
-        findings = await distribution_findings(owner)
-    finally:
-        await transaction.rollback()
-    assert findings == {}
+async def test_the_models_primary_keys_are_the_schemas(owner: asyncpg.Connection) -> None:
+    """`alembic check` does not compare primary keys: the models' (the ORM's identity of a row, what
+    `session.get` takes) must be the migrated schema's, column for column."""
+    rows = await owner.fetch(
+        "SELECT t.relname AS table_name, "
+        "       ARRAY(SELECT a.attname::text FROM unnest(con.conkey) WITH ORDINALITY k(num, pos) "
+        "             JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.num "
+        "             ORDER BY k.pos) AS columns "
+        "FROM pg_constraint con JOIN pg_class t ON t.oid = con.conrelid "
+        "JOIN pg_namespace n ON n.oid = t.relnamespace "
+        "WHERE n.nspname = 'public' AND con.contype = 'p' AND t.relname <> 'alembic_version'"
+    )
+    schema = {row["table_name"]: list(row["columns"]) for row in rows}
+    models = {name: [c.name for c in table.primary_key.columns] for name, table in metadata.tables.items()}
+    assert models == schema
 
 
 async def test_the_reference_tables_exist(owner: asyncpg.Connection) -> None:
@@ -242,11 +180,13 @@ async def test_a_new_table_keyed_without_the_tenant_is_flagged(owner: asyncpg.Co
     try:
         await owner.execute(
             """
+            CREATE TABLE tags (name text PRIMARY KEY);
             CREATE TABLE notes (
                 id uuid PRIMARY KEY,
                 tenant_id uuid NOT NULL REFERENCES tenants (id),
                 user_id varchar(200) NOT NULL,
-                memory_id uuid NOT NULL REFERENCES memories (id),
+                memory_id uuid NOT NULL,
+                tag text NOT NULL REFERENCES tags (name),
                 body text NOT NULL,
                 CONSTRAINT uq_notes_body UNIQUE (body),
                 CONSTRAINT fk_notes_scope FOREIGN KEY (tenant_id, user_id)
@@ -254,24 +194,22 @@ async def test_a_new_table_keyed_without_the_tenant_is_flagged(owner: asyncpg.Co
             );
             CREATE UNIQUE INDEX uq_notes_memory ON notes (memory_id);
             CREATE UNIQUE INDEX uq_notes_tenant_memory ON notes (tenant_id, memory_id);
-            CREATE TABLE tags (name text PRIMARY KEY);
             """
         )
         findings = await distribution_findings(owner)
     finally:
         await transaction.rollback()
 
-    new = set(findings) - set(KNOWN_EXCEPTIONS)
     # Flagged: the key on id alone, the unique text, the unique index without the tenant, the reference
-    # to a memory by id alone, and a table with no tenant at all. Passed: the reference to a tenant
+    # to a tag by its name alone, and a table with no tenant at all. Passed: the reference to a tenant
     # (a reference table), the co-located reference to the scope, the index led by the tenant.
-    assert new == {
+    assert set(findings) == {
         "notes_pkey",
         "uq_notes_body",
         "uq_notes_memory",
-        "notes_memory_id_fkey",
+        "notes_tag_fkey",
         "tags",
         "tags_pkey",
     }
-    assert "not co-located" in findings["notes_memory_id_fkey"]
+    assert "not co-located" in findings["notes_tag_fkey"]
     assert await owner.fetchval("SELECT to_regclass('notes')") is None

@@ -74,7 +74,7 @@ async def test_accepted_chunk_is_durable_and_numbered(
     assert other_user.json()["seq"] == 1
 
     async with sessionmaker() as session:
-        stored = await session.get(Chunk, uuid.UUID(body["chunk_id"]))
+        stored = await session.get(Chunk, (tenant.tenant_id, uuid.UUID(body["chunk_id"])))
         assert stored is not None
         assert stored.tenant_id == tenant.tenant_id
         assert stored.messages[0]["content"] == "I moved to Seattle last month."

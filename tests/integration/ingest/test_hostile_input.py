@@ -338,7 +338,7 @@ async def test_any_text_is_stored_exactly_or_refused_with_a_4xx(
     assert response.status_code in {202, 422}, response.text
     if response.status_code == 202:
         async with sessionmaker() as session:
-            stored = await session.get(Chunk, response.json()["chunk_id"])
+            stored = await session.get(Chunk, (tenant.tenant_id, response.json()["chunk_id"]))
         assert stored is not None
         assert (stored.user_id, stored.messages[0]["content"], stored.metadata_) == (
             user_id,

@@ -101,7 +101,7 @@ async def test_guards_drop_bad_ops_and_keep_the_bank(
     paris = await _memory(sessionmaker, "The user lived in Paris.")
     assert (paris.status, paris.memory_at) == ("active", datetime(2022, 1, 1, tzinfo=UTC))
     async with sessionmaker() as session:
-        changeset = await session.get(Changeset, changeset_id)
+        changeset = await session.get(Changeset, (tenant.tenant_id, changeset_id))
         assert changeset is not None
         assert [(op["op"], op["content"]) for op in changeset.ops] == [("ADD", "The user lived in Paris.")]
         assert [g["guard"] for g in changeset.guards] == [g["guard"] for g in guards]

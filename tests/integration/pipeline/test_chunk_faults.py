@@ -46,9 +46,11 @@ class NulTagWriter(OfflineWriter):
         return result
 
 
-async def chunk_row(sessionmaker: async_sessionmaker[AsyncSession], chunk_id: object) -> Chunk:
+async def chunk_row(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID, chunk_id: object
+) -> Chunk:
     async with sessionmaker() as session:
-        chunk = await session.get(Chunk, uuid.UUID(str(chunk_id)))
+        chunk = await session.get(Chunk, (tenant_id, uuid.UUID(str(chunk_id))))
         assert chunk is not None
         return chunk
 
@@ -128,7 +130,7 @@ async def test_an_embedder_that_refuses_the_text_fails_that_chunk_not_forever(
         async with running_worker(settings):
             counts = await wait_for_chunks(sessionmaker, tenant.tenant_id, len(accepted), timeout_s=60)
     assert counts == {"failed": 1, "applied": 1}
-    refused = await chunk_row(sessionmaker, accepted[0]["chunk_id"])
+    refused = await chunk_row(sessionmaker, tenant.tenant_id, accepted[0]["chunk_id"])
     assert refused.status == "failed"
     assert refused.attempts == 2
     assert "HTTP 400" in (refused.last_error or "")
@@ -192,7 +194,7 @@ async def test_output_postgres_cannot_store_fails_that_chunk_alone_with_its_erro
     async with running_worker(settings):
         counts = await wait_for_chunks(sessionmaker, tenant.tenant_id, len(facts))
     assert counts == {"applied": 2, "failed": 1}
-    failed = await chunk_row(sessionmaker, accepted[1]["chunk_id"])
+    failed = await chunk_row(sessionmaker, tenant.tenant_id, accepted[1]["chunk_id"])
     assert failed.status == "failed"
     assert failed.attempts == settings.max_attempts
     assert failed.last_error is not None
@@ -222,7 +224,7 @@ async def test_a_message_time_off_the_calendar_fails_its_chunk_not_its_users_que
     async with running_worker(settings):
         counts = await wait_for_chunks(sessionmaker, tenant.tenant_id, len(accepted))
     assert counts == {"applied": 1, "failed": 1}
-    failed = await chunk_row(sessionmaker, accepted[0]["chunk_id"])
+    failed = await chunk_row(sessionmaker, tenant.tenant_id, accepted[0]["chunk_id"])
     assert failed.attempts == settings.max_attempts
     assert failed.last_error is not None
     assert "gave up" not in failed.last_error
@@ -247,14 +249,14 @@ async def test_a_cancelled_claim_gives_its_attempt_back(
 
         # Claimed, and past the claim's own statements: in the writer's call, as a stopping worker is.
         await wait_for(
-            lambda: chunk_row(sessionmaker, accepted["chunk_id"]),
+            lambda: chunk_row(sessionmaker, tenant.tenant_id, accepted["chunk_id"]),
             lambda chunk: chunk.status == "processing" and SlowWriter.in_flight > 0,
             timeout_s=10,
             what="the chunk claimed and its writer called",
         )
         job.cancel()
         await asyncio.gather(job, return_exceptions=True)
-    chunk = await chunk_row(sessionmaker, accepted["chunk_id"])
+    chunk = await chunk_row(sessionmaker, tenant.tenant_id, accepted["chunk_id"])
     assert (chunk.status, chunk.attempts) == ("queued", 0)
 
 

@@ -181,13 +181,15 @@ async def test_chunk_left_processing_by_a_dead_worker_is_applied_once(
     chunk_id = uuid.UUID(accepted["chunk_id"])
     async with sessionmaker() as session, session.begin():  # what a worker killed mid-write leaves behind
         await session.execute(
-            update(Chunk).where(Chunk.id == chunk_id).values(status="processing", attempts=1)
+            update(Chunk)
+            .where(Chunk.tenant_id == tenant.tenant_id, Chunk.id == chunk_id)
+            .values(status="processing", attempts=1)
         )
     async with pipeline_deps(pipeline_settings, engine) as deps:
         run = await process_scope(deps, tenant.tenant_id, "orphan")
     assert run.applied == 1
     async with sessionmaker() as session:
-        chunk = await session.get(Chunk, chunk_id)
+        chunk = await session.get(Chunk, (tenant.tenant_id, chunk_id))
         assert chunk is not None
         assert (chunk.status, chunk.attempts) == ("applied", 2)
     assert (await bank(sessionmaker, tenant.tenant_id))["orphan"]["memories"] == [

@@ -131,7 +131,7 @@ async def test_a_result_whose_claim_moved_on_is_skipped_in_a_batch(
     async with pipeline_deps(pipeline_settings, engine) as deps:
         x, y = await claim(deps, tenant.tenant_id, "x"), await claim(deps, tenant.tenant_id, "y")
         async with sessionmaker() as session, session.begin():  # another worker took x since
-            chunk = await session.get(Chunk, x.id)
+            chunk = await session.get(Chunk, (x.tenant_id, x.id))
             assert chunk is not None
             chunk.attempts += 1
         stale, live = await asyncio.gather(

@@ -257,7 +257,12 @@ async def test_the_service_role_marks_rows_only_through_the_indexer(
     try:
         async with service.begin() as conn:
             assert await conn.scalar(text("SELECT count(*) FROM memories")) == 0  # no tenant set: no rows
-            assert await conn.scalar(text("SELECT memstore_index_graph(10, true)")) == 1
+            tails = (await conn.execute(text("SELECT * FROM memstore_graph_tails(true)"))).all()
+            assert [tuple(t) for t in tails] == [(tenant.tenant_id, "")]
+            assert (
+                await conn.scalar(text("SELECT memstore_index_graph(:t, '', 10)"), {"t": tenant.tenant_id})
+                == 1
+            )
     finally:
         await service.dispose()
     assert await in_graph(sessionmaker) == (1, 0)

@@ -307,7 +307,7 @@ async def test_without_a_reembed_an_undo_embeds_nothing(
         )
     assert counting.texts == 0
     async with sessionmaker() as session:
-        memory = await session.get(Memory, memory_id)
+        memory = await session.get(Memory, (tenant.tenant_id, memory_id))
     assert memory is not None
     assert (memory.content, memory.version) == (french, 3)
     assert memory.embedding is not None

@@ -73,7 +73,7 @@ async def change(
     op: Op,
 ) -> None:
     async with sessionmaker() as session, session.begin():
-        memory = await session.get(Memory, memory_id)
+        memory = await session.get(Memory, (tenant_id, memory_id))
         assert memory is not None
         await apply_ops(
             session,

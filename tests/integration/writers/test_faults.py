@@ -100,8 +100,8 @@ async def test_every_fault_ends_applied_or_failed_and_later_chunks_proceed(
 
     async with sessionmaker() as session:
         for marker, (first_id, second_id) in chunk_ids.items():
-            first = await session.get(Chunk, uuid.UUID(first_id))
-            second = await session.get(Chunk, uuid.UUID(second_id))
+            first = await session.get(Chunk, (tenant.tenant_id, uuid.UUID(first_id)))
+            second = await session.get(Chunk, (tenant.tenant_id, uuid.UUID(second_id)))
             assert first is not None
             assert second is not None
             assert second.status == "applied", f"{marker}: a later chunk of the scope did not proceed"
@@ -132,23 +132,23 @@ async def test_every_fault_ends_applied_or_failed_and_later_chunks_proceed(
             elif marker != "huge":
                 assert bank.get(f"The user said: Note {marker}: I live in Oslo.") == "active", marker
 
-        garbage = await session.get(Chunk, uuid.UUID(chunk_ids["garbage-always"][0]))
+        garbage = await session.get(Chunk, (tenant.tenant_id, uuid.UUID(chunk_ids["garbage-always"][0])))
         assert garbage is not None
         assert garbage.raw_output is not None
         steps = json.loads(garbage.raw_output)
         assert [s["step"] for s in steps] == ["extract", "extract.repair"]
 
-        repaired = await session.get(Chunk, uuid.UUID(chunk_ids["garbage-once"][0]))
+        repaired = await session.get(Chunk, (tenant.tenant_id, uuid.UUID(chunk_ids["garbage-once"][0])))
         assert repaired is not None
         assert repaired.attempts == 1
-        changeset = await session.get(Changeset, repaired.changeset_id)
+        changeset = await session.get(Changeset, (tenant.tenant_id, repaired.changeset_id))
         assert changeset is not None
         assert changeset.usage["repairs"] == 1
 
-        huge = await session.get(Chunk, uuid.UUID(chunk_ids["huge"][0]))
+        huge = await session.get(Chunk, (tenant.tenant_id, uuid.UUID(chunk_ids["huge"][0])))
         assert huge is not None
         assert huge.status == "applied"
-        changeset = await session.get(Changeset, huge.changeset_id)
+        changeset = await session.get(Changeset, (tenant.tenant_id, huge.changeset_id))
         assert changeset is not None
         guards = [g["guard"] for g in changeset.guards]
         assert guards.count("bad_content") == 1  # the 5,000-character memory
@@ -156,7 +156,7 @@ async def test_every_fault_ends_applied_or_failed_and_later_chunks_proceed(
         assert sum(1 for op in changeset.ops if op["op"] == "ADD") == 49
 
         for marker in ("http-500", "http-429", "slow-timeout"):  # retried inside one attempt
-            chunk = await session.get(Chunk, uuid.UUID(chunk_ids[marker][0]))
+            chunk = await session.get(Chunk, (tenant.tenant_id, uuid.UUID(chunk_ids[marker][0])))
             assert chunk is not None
             assert chunk.attempts == 1, marker
 
@@ -189,7 +189,7 @@ async def test_a_deterministic_model_that_repeats_its_unusable_answer_fails_the_
     assert after - before == 2 * (len(stuck) // 4)
     assert all(body["temperature"] == 0 for body in fake_llm.requests)
     async with sessionmaker() as session:
-        failed = await session.get(Chunk, uuid.UUID(response.json()["chunk_id"]))
+        failed = await session.get(Chunk, (tenant.tenant_id, uuid.UUID(response.json()["chunk_id"])))
         assert failed is not None
         assert failed.attempts == 1
         assert "repeated its answer at temperature 0" in (failed.last_error or "")
@@ -354,7 +354,7 @@ async def test_text_postgres_cannot_hold_is_taken_out_of_the_ops_and_the_chunk_a
             await session.execute(select(MemoryVersion).where(MemoryVersion.memory_id == memory.id))
         ).scalar_one()
         assert version.reason == "moved"
-        changeset = await session.get(Changeset, chunk.changeset_id)
+        changeset = await session.get(Changeset, (chunk.tenant_id, chunk.changeset_id))
         assert changeset is not None
         assert [g["guard"] for g in changeset.guards] == ["unstorable_text"]
         assert changeset.ops[0]["content"] == "The user lives in Seattle."

@@ -79,9 +79,13 @@ async def test_each_profile_asks_as_its_reference_and_a_small_model_needs_its_sc
         )
         steps: dict[str, list[Any]] = {}
         for writer, chunk_id in second.items():
-            chunk = await session.get(Chunk, uuid.UUID(chunk_id))
+            chunk = await session.get(Chunk, (tenant.tenant_id, uuid.UUID(chunk_id)))
             assert chunk is not None
-            changeset = await session.get(Changeset, chunk.changeset_id) if chunk.changeset_id else None
+            changeset = (
+                await session.get(Changeset, (chunk.tenant_id, chunk.changeset_id))
+                if chunk.changeset_id
+                else None
+            )
             steps[writer] = [s["step"] for s in json.loads(changeset.raw_output or "[]")] if changeset else []
     # Held to its schema (the schema inside json_object, enforced by the server's grammar), every
     # profile gets every chunk applied, and every answer conformed to the schema of its call.
@@ -124,12 +128,12 @@ async def test_json_object_schema_sends_the_schema_inside_json_object_and_json_o
     assert set(map(json.dumps, sent("Lyon"))) == {json.dumps({"type": "json_object"})}
     assert sent("Oslo") == [{"type": "json_object", "schema": MEMORIES_SCHEMA}]
     async with sessionmaker() as session:
-        chunk = await session.get(Chunk, uuid.UUID(plain))
+        chunk = await session.get(Chunk, (tenant.tenant_id, uuid.UUID(plain)))
         assert chunk is not None
         # Without the schema the small model answers in its own shape, which no repair fixes.
         assert chunk.status == "failed"
         assert "unparseable extract output" in (chunk.last_error or "")
-        chunk = await session.get(Chunk, uuid.UUID(grammar))
+        chunk = await session.get(Chunk, (tenant.tenant_id, uuid.UUID(grammar)))
         assert chunk is not None
         assert chunk.status == "applied"
         contents = (

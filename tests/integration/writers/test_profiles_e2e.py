@@ -43,12 +43,14 @@ async def memories(sm: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID, u
         return dict(rows.all())
 
 
-async def changeset_of(sm: async_sessionmaker[AsyncSession], chunk_id: str) -> Changeset:
+async def changeset_of(
+    sm: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID, chunk_id: str
+) -> Changeset:
     async with sm() as session:
-        chunk = await session.get(Chunk, uuid.UUID(chunk_id))
+        chunk = await session.get(Chunk, (tenant_id, uuid.UUID(chunk_id)))
         assert chunk is not None
         assert chunk.changeset_id is not None, "chunk has no changeset"
-        changeset = await session.get(Changeset, chunk.changeset_id)
+        changeset = await session.get(Changeset, (tenant_id, chunk.changeset_id))
         assert changeset is not None
         return changeset
 
@@ -113,14 +115,14 @@ async def test_hy_memory_extracts_then_reconciles_with_supersede(
     assert '"memory_at": "2026-11-20 10:00"' in shown
     assert reconcile["max_tokens"] == 2000
 
-    changeset = await changeset_of(sessionmaker, second)
+    changeset = await changeset_of(sessionmaker, tenant.tenant_id, second)
     assert (changeset.writer, changeset.model, changeset.profile) == ("hy", "hy-memory", "hy-memory")
     assert changeset.prompt_hash == get_profile("hy-memory").prompts.hash
     assert changeset.usage["calls"] == 2
     assert changeset.usage["completion_tokens"] > 0
     assert [step["step"] for step in json.loads(changeset.raw_output or "[]")] == ["extract", "reconcile"]
     assert [op["op"] for op in changeset.ops] == ["SUPERSEDE"]
-    assert (await changeset_of(sessionmaker, first)).usage["calls"] == 1
+    assert (await changeset_of(sessionmaker, tenant.tenant_id, first)).usage["calls"] == 1
 
 
 async def test_mem0_events_apply_and_invented_ids_are_ignored(
@@ -175,7 +177,7 @@ async def test_mem0_events_apply_and_invented_ids_are_ignored(
     )
     assert "['No longer likes jazz', 'Has a dog named Rex']" in update["messages"][0]["content"]
     assert update["response_format"] == {"type": "json_object"}
-    changeset = await changeset_of(sessionmaker, second)
+    changeset = await changeset_of(sessionmaker, tenant.tenant_id, second)
     assert changeset.profile == "mem0"
     assert [g["guard"] for g in changeset.guards] == ["unknown_id"]
     assert sorted(op["op"] for op in changeset.ops) == ["ADD", "DELETE"]
@@ -209,7 +211,7 @@ async def test_mem0_events_without_text_are_skipped_as_mem0_skips_them_and_recor
         assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 1) == {"applied": 1}
     assert await memories(sessionmaker, tenant.tenant_id, "dee") == {"Likes tea": "active"}
 
-    changeset = await changeset_of(sessionmaker, chunk)
+    changeset = await changeset_of(sessionmaker, tenant.tenant_id, chunk)
     assert [op["op"] for op in changeset.ops] == ["ADD"]
     assert [(g["guard"], g["op_index"], g["op"]) for g in changeset.guards] == [
         ("no_text", 1, "ADD"),
@@ -247,7 +249,7 @@ async def test_simple_profile_adds_and_near_duplicates_become_noops(
     assert fake_llm.requests[0]["response_format"]["type"] == "json_schema"  # Memstore's own protocol
     # The model is Hy-Memory: its reasoning is turned off whatever protocol it is spoken to.
     assert fake_llm.requests[0]["chat_template_kwargs"] == {"reasoning_effort": "no_think"}
-    changeset = await changeset_of(sessionmaker, second)
+    changeset = await changeset_of(sessionmaker, tenant.tenant_id, second)
     assert [g["guard"] for g in changeset.guards] == ["near_duplicate"]
     assert [op["op"] for op in changeset.ops] == ["NOOP"]
     assert changeset.ops[0]["duplicate_of"]
@@ -315,7 +317,7 @@ async def test_memos_memory_list_is_added_with_its_tags_and_repeats_become_noops
     )
     assert "I live in Lyon" not in later["messages"][0]["content"]  # a MemOS add is a scene of its own
 
-    changeset = await changeset_of(sessionmaker, first)
+    changeset = await changeset_of(sessionmaker, tenant.tenant_id, first)
     assert (changeset.writer, changeset.profile) == ("memos", "memos")
     assert changeset.prompt_hash == get_profile("memos").prompts.hash
     assert [(op["op"], op["tags"]) for op in changeset.ops] == [
@@ -330,7 +332,7 @@ async def test_memos_memory_list_is_added_with_its_tags_and_repeats_become_noops
         )
         assert list(reasons) == ["LongTermMemory: Trip to Oslo", "UserMemory: Home city"]
     assert "plans a trip to Oslo" in json.loads(changeset.raw_output or "[]")[0]["output"]  # the summary
-    changeset = await changeset_of(sessionmaker, second)
+    changeset = await changeset_of(sessionmaker, tenant.tenant_id, second)
     assert [g["guard"] for g in changeset.guards] == ["near_duplicate"]
     assert [op["op"] for op in changeset.ops] == ["NOOP"]
 
@@ -357,8 +359,8 @@ async def test_tenant_default_writer_and_the_chunk_field_choose_the_writer(
     by_chunk = await post(api, ingest_headers, "dee", "I play the cello.", 2, writer="offline")
     async with running_worker(llm_settings):
         assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 2) == {"applied": 2}
-    assert (await changeset_of(sessionmaker, by_tenant)).writer == "simple"
-    assert (await changeset_of(sessionmaker, by_chunk)).writer == "offline"
+    assert (await changeset_of(sessionmaker, tenant.tenant_id, by_tenant)).writer == "simple"
+    assert (await changeset_of(sessionmaker, tenant.tenant_id, by_chunk)).writer == "offline"
     assert len(fake_llm.requests) == 1
 
 
