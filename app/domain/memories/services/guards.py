@@ -13,7 +13,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from app.domain.memories.distinct import distinct_facts, restates
+import numpy as np
+
+from app.domain.memories.distinct import content_words, distinct_facts, restates
 from app.domain.memories.repositories import MemoryRepository, MemoryState
 from app.domain.memories.services.requests import ApplyLimits, ApplyRequest, Shown
 from app.writers.base import Op, OpKind, is_placeholder
@@ -197,7 +199,7 @@ async def find_near_duplicates(memories: MemoryRepository, plans: Sequence[Plan]
     closest = await memories.closest_active(
         [(p.request.tenant_id, p.request.user_id, vector) for p, _, vector, _ in adds]
     )
-    kept: dict[int, list[tuple[int, list[float], str]]] = {}  # per plan: ADDs that stay
+    kept: dict[int, _KeptAdds] = {}  # per plan: ADDs that stay
     for (plan, index, vector, content), nearest in zip(adds, closest, strict=True):
         threshold = plan.request.limits.duplicate_threshold
         replaced = {m.id for _, op, targets in plan.accepted if op.kind is not OpKind.UPDATE for m in targets}
@@ -215,14 +217,12 @@ async def find_near_duplicates(memories: MemoryRepository, plans: Sequence[Plan]
                 f"repeats active memory {twin[0]} (similarity {twin[1]:.3f})",
             )
             continue
-        earlier = kept.setdefault(id(plan), [])
-        same = next(
-            (i for i, v, text_ in earlier if repeats(content, text_, _cosine(v, vector), threshold)), None
-        )
+        earlier = kept.setdefault(id(plan), _KeptAdds())
+        same = earlier.first_repeat(content, vector, threshold)
         if same is not None:
             plan.duplicates[index] = (f"op:{same}", f"repeats op {same} of the same result")
             continue
-        earlier.append((index, vector, content))
+        earlier.keep(index, vector, content)
 
 
 def repeats(content: str, other: str, similarity: float, threshold: float) -> bool:
@@ -230,7 +230,45 @@ def repeats(content: str, other: str, similarity: float, threshold: float) -> bo
     return (similarity >= threshold or restates(content, other)) and distinct_facts(content, other) is None
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norm = (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
-    return dot / norm if norm else 0.0
+class _KeptAdds:
+    """The ADDs of one result that stay, in order, for the later ADDs of that result to be compared
+    with: `repeats` against each, found with one matrix product and one lookup by words, not a loop
+    over pairs (a result of a thousand ADDs made half a million comparisons in Python)."""
+
+    def __init__(self) -> None:
+        self._indexes: list[int] = []
+        self._contents: list[str] = []
+        self._units = np.empty((0, 0))  # their unit vectors, one per row; rows past the count are room
+        self._by_words: dict[frozenset[str], list[int]] = {}  # what `restates` compares -> positions
+
+    def first_repeat(self, content: str, vector: Sequence[float], threshold: float) -> int | None:
+        """The op index of the first kept ADD that `content` repeats, if any."""
+        count = len(self._indexes)
+        if not count:
+            return None
+        similar = np.flatnonzero(self._units[:count] @ _unit(vector) >= threshold).tolist()
+        same_words = self._by_words.get(content_words(content), [])
+        for position in sorted({*similar, *same_words}):
+            if distinct_facts(content, self._contents[position]) is None:
+                return self._indexes[position]
+        return None
+
+    def keep(self, index: int, vector: Sequence[float], content: str) -> None:
+        count = len(self._indexes)
+        if count == len(self._units):
+            grown = np.empty((max(8, 2 * count), len(vector)))
+            if count:
+                grown[:count] = self._units
+            self._units = grown
+        self._units[count] = _unit(vector)
+        self._indexes.append(index)
+        self._contents.append(content)
+        if words := content_words(content):  # no words restate nothing
+            self._by_words.setdefault(words, []).append(count)
+
+
+def _unit(vector: Sequence[float]) -> np.ndarray:
+    """`vector` scaled to length 1 (zeros stay zeros: similar to nothing)."""
+    array = np.asarray(vector, dtype=np.float64)
+    norm = float(np.linalg.norm(array))
+    return array / norm if norm else array
