@@ -143,6 +143,7 @@ def memstore_up(
     /ready answers 200.
     Stopped (SIGINT, then SIGKILL to its process group) and its data removed whatever happens."""
     from tests.e2e.conftest import free_port, start_up
+    from tests.support.waiting import wait_for_sync
 
     # Not under a private (0700) temporary root: Postgres runs as another user under root.
     workdir = Path(tempfile.mkdtemp(prefix="memstore-contract-"))
@@ -155,15 +156,23 @@ def memstore_up(
     )  # fmt: skip
     try:
         started = time.monotonic()
-        while True:
+
+        def ready() -> int:
             if proc.poll() is not None:
                 raise RuntimeError(f"memstore up exited ({proc.returncode}):\n{_tail(log_path)}")
-            if time.monotonic() - started > READY_WITHIN_S:
-                raise RuntimeError(f"memstore up not ready within {READY_WITHIN_S} s:\n{_tail(log_path)}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/ready", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.25)
+            return httpx.get(f"{base}/ready", timeout=2).status_code
+
+        try:
+            wait_for_sync(
+                ready,
+                lambda status: status == 200,
+                timeout_s=READY_WITHIN_S,
+                what="memstore up's /ready to answer 200",
+                interval_s=0.25,
+                ignore=(httpx.HTTPError,),
+            )
+        except AssertionError as exc:
+            raise RuntimeError(f"{exc}:\n{_tail(log_path)}") from None
         say(f"memstore up ready at {base} in {time.monotonic() - started:.1f} s")
         yield base, workdir / "data"
     finally:
