@@ -60,10 +60,13 @@ rules: prometheus ## Check the Prometheus rules and run their unit tests (promto
 # The suite's order: as written, by default. `make test PYTEST_ORDER=` shuffles it (pytest-randomly prints
 # its seed in the header); `make test PYTEST_ORDER=--randomly-seed=N` replays that order.
 PYTEST_ORDER ?= -p no:randomly
+# In two processes (pytest-xdist), a file's tests together in one: most of a test's time is spent waiting
+# for workers, servers and deadlines, not on a core. `make test PYTEST_JOBS=` runs it in one process.
+PYTEST_JOBS ?= -n 2 --dist loadfile
 
 .PHONY: test
 test: $(STAMP) browser prometheus ## Run the test suite (starts its own embedded Postgres + Redis; gets chromium and prometheus if missing)
-	$(BIN)/python -m pytest $(PYTEST_ORDER)
+	$(BIN)/python -m pytest $(PYTEST_JOBS) $(PYTEST_ORDER)
 
 .PHONY: contract
 contract: $(STAMP) ## The API contract: schemathesis, every check and phase, against a running `memstore up`
