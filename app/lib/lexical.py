@@ -201,9 +201,11 @@ def analyze(text: str, language: str | None = None) -> Analyzed:
     return Analyzed(language, config, text)  # Postgres's own parser splits spaced scripts
 
 
-def likely_languages(text: str) -> list[str]:
+@lru_cache(maxsize=1024)
+def likely_languages(text: str) -> tuple[str, ...]:
     """The languages a query is read in, most likely first: its language where that is sure, else each
-    likely one until they add up to `_SURE` (at most `_MAX_READINGS`)."""
+    likely one until they add up to `_SURE` (at most `_MAX_READINGS`). Kept for the query's words and
+    its time phrase alike: a search ranks a text's languages once."""
     if _KANA.search(text):
         ranked = [("ja", 1.0)]
     elif not _LETTER.search(text):
@@ -217,7 +219,7 @@ def likely_languages(text: str) -> list[str]:
         total += probability
         if total >= _SURE:
             break
-    return readings
+    return tuple(readings)
 
 
 def query_words(text: str) -> tuple[list[str], list[str]]:
