@@ -103,19 +103,21 @@ async def startup(ctx: WorkerContext) -> None:
 
 
 async def shutdown(ctx: WorkerContext) -> None:
-    """Close what `startup` opened; a second call does nothing."""
-    pipeline: PipelineDeps | None = ctx.pop("pipeline", None)
-    if pipeline is None:
-        return
+    """Close what `startup` opened, as far as it got (a worker stopped while it started has an engine
+    and no pipeline yet); a second call does nothing."""
     indexer = ctx.pop("graph_indexer", None)
     if indexer is not None:
         indexer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await indexer
-    await forget(ctx["redis"], ctx["worker_name"])
-    await pipeline.aclose()
-    await ctx["engine"].dispose()
-    log.info("worker.stopped", worker=ctx["worker_name"])
+    pipeline: PipelineDeps | None = ctx.pop("pipeline", None)
+    if pipeline is not None:
+        await forget(ctx["redis"], ctx["worker_name"])
+        await pipeline.aclose()
+    engine = ctx.pop("engine", None)
+    if engine is not None:
+        await engine.dispose()
+        log.info("worker.stopped", worker=ctx.get("worker_name"))
 
 
 async def on_job_start(ctx: WorkerContext) -> None:
