@@ -142,16 +142,23 @@ async def _process_next(
     view: WriterView | None = None
     failure: BaseException | None = None
     started_ns = tracing.now_ns()
-    async with AsyncSession(deps.reads, expire_on_commit=False) as session:
-        claim = await PipelineRepository(session).claim_next(
-            tenant_id, user_id, deps.settings.max_attempts, lease, from_seq=run.claimed_seq
-        )
-        if claim.claimed is not None:
-            run.claimed_seq = claim.claimed.seq
-            try:
-                view = await writer_view(session, deps, claim.claimed)
-            except BaseException as exc:  # noqa: BLE001  (handled below, the connection back in the pool)
-                failure = exc
+    claimed: ChunkRow | None = None
+    try:
+        async with AsyncSession(deps.reads, expire_on_commit=False) as session:
+            claim = await PipelineRepository(session).claim_next(
+                tenant_id, user_id, deps.settings.max_attempts, lease, from_seq=run.claimed_seq
+            )
+            claimed = claim.claimed
+            if claimed is not None:
+                run.claimed_seq = claimed.seq
+                try:
+                    view = await writer_view(session, deps, claimed)
+                except BaseException as exc:  # noqa: BLE001  (handled below, the connection back in the pool)
+                    failure = exc
+    except asyncio.CancelledError:  # stopping as the session closed: a claimed chunk's attempt was not made
+        if claimed is not None:
+            await give_back(deps, claimed)
+        raise
     chunk = claim.claimed
     if chunk is None:  # the common case is an empty scope
         return await _nothing_claimed(deps, claim, run)
