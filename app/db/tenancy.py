@@ -7,12 +7,20 @@ it sees nothing. Queries still carry their own tenant predicate; the policy is w
 forgets it.
 
 The tenants of the work in progress live in a context variable (`tenant_scope`): a request's is its
-key's tenant, a worker job's the scope's, a group commit's those of its batch. A pool event hands it
-to Postgres each time a connection is checked out (one round trip, skipped when the connection
-already carries the same tenants), so every transaction — and every autocommit statement — runs with
-the tenants of the work that checked the connection out, never those of the work before it. The
-session-level setting is written outside any transaction, so no rollback can bring back an earlier
-value.
+key's tenant, a worker job's the scope's, a group commit's those of its batch. A pool event hands them
+to the connection each time it is checked out, and Postgres gets them twice:
+
+- **per transaction**: every BEGIN the connection sends carries `SET LOCAL memstore.tenant_ids` in
+  the same simple query (`TenantConnection`), so no extra round trip. This is the copy a Citus
+  cluster passes on to the shards (`citus.propagate_set_commands = 'local'`, set by `memstore db
+  distribute`): a session's settings never reach them.
+- **per session**, for autocommit statements, which have no BEGIN: `set_config(…, false)` on
+  checkout (one round trip, skipped when the connection already carries the same tenants), written
+  outside any transaction so no rollback can bring back an earlier value. On Citus this copy stays
+  on the coordinator, where it serves only statements on reference tables.
+
+Either way every statement runs with the tenants of the work that checked the connection out, never
+those of the work before it.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
+import asyncpg
 from sqlalchemy import event, text
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -53,9 +62,34 @@ def enter_tenant(tenant_id: uuid.UUID) -> None:
     _TENANTS.set((tenant_id,))
 
 
+class TenantConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg ships no types
+    """An asyncpg connection whose every BEGIN also sets the tenants of the work that holds it.
+
+    asyncpg sends BEGIN as a simple query, which may hold several statements: the transaction-local
+    setting rides in the same round trip. The text still starts with BEGIN, as `pg_stat_activity` and
+    statement logs show it.
+    """
+
+    tenants: str = ""  # comma-separated tenant ids, set on checkout (`_on_checkout`)
+
+    # asyncpg's own signature, `timeout` included.
+    async def execute(self, query: str, *args: Any, timeout: float | None = None) -> str:  # noqa: ASYNC109
+        if not args and query.startswith("BEGIN"):
+            # Tenant ids are uuids, so the literal needs no escaping.
+            query = f"{query.rstrip(';')} ; SET LOCAL {TENANTS_SETTING} = '{self.tenants}'"
+        status: str = await super().execute(query, *args, timeout=timeout)
+        return status
+
+
 def install(engine: AsyncEngine) -> None:
-    """Hand the current tenants to Postgres on every checkout of one of `engine`'s connections."""
+    """Hand the current tenants to Postgres on every checkout of one of `engine`'s connections, and in
+    every transaction they begin."""
+    event.listen(engine.sync_engine, "do_connect", _use_tenant_connection)
     event.listen(engine.sync_engine, "checkout", _on_checkout)
+
+
+def _use_tenant_connection(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
+    cparams.setdefault("connection_class", TenantConnection)
 
 
 async def bypasses_row_security(engine: AsyncEngine) -> bool:
@@ -73,6 +107,9 @@ async def bypasses_row_security(engine: AsyncEngine) -> bool:
 
 def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
     wanted = ",".join(str(t) for t in _TENANTS.get())
+    connection = dbapi_connection.driver_connection
+    if isinstance(connection, TenantConnection):
+        connection.tenants = wanted
     if record.info.get(_CARRIED) == wanted:
         return
     record.info.pop(_CARRIED, None)

@@ -293,6 +293,30 @@ async def test_a_pooled_connection_never_carries_one_tenant_into_the_next_checko
         await engine.dispose()
 
 
+async def test_every_transaction_carries_its_tenants_itself(
+    settings: Settings,
+    two_banks: dict[uuid.UUID, dict[str, int]],
+    tenant: TenantKeys,
+) -> None:
+    """Each BEGIN sets the tenants for its transaction (`SET LOCAL`, the copy a Citus cluster passes on
+    to its shards): with the session's copy emptied, a transaction still sees its tenant's rows, and
+    the statement after it (autocommit, the session's copy) sees none."""
+    engine: AsyncEngine = create_engine(settings.model_copy(update={"db_pool_size": 1}), "memstore-tests")
+    try:
+        with tenant_scope([tenant.tenant_id]):
+            async with engine.connect() as conn:
+                await conn.execute(text(f"SELECT set_config('{TENANTS_SETTING}', '', false)"))
+                await conn.commit()
+                seen = (await conn.execute(text("SELECT DISTINCT tenant_id FROM memories"))).scalars().all()
+                assert seen == [tenant.tenant_id]
+                await conn.commit()
+                autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                assert (await autocommit.execute(text("SELECT count(*) FROM memories"))).scalar() == 0
+                await autocommit.invalidate()  # its session copy is not what the pool believes
+    finally:
+        await engine.dispose()
+
+
 async def test_a_shadow_bank_is_seen_with_its_tenant_and_alone_without_it(
     service: asyncpg.Connection,
     sessionmaker: async_sessionmaker[AsyncSession],
