@@ -21,8 +21,8 @@ import msgspec
 import structlog
 import typer
 
+from app.cli import db, history, references, search, shadows, status, transfer, usage
 from app.cli import eval as eval_cli
-from app.cli import history, references, search, shadows, status, transfer, usage
 from app.config import Settings, get_settings
 from app.lib.logging import configure_logging
 
@@ -425,6 +425,7 @@ def _embedded_refusal() -> Iterator[None]:
 
 
 eval_cli.register(cli)
+db.register(cli)
 history.register(cli)
 references.register(cli)
 search.register(cli)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from app.config import get_settings
+from app.db.distribution import Distribution
 from app.domain.system.repositories import FailedGroup, TenantStatus, WriterStats
 
 if TYPE_CHECKING:
@@ -32,6 +33,8 @@ _REDIS_TIMEOUT_S = 3.0
 JSON_HELP = """Print one JSON object instead of tables. Its keys (stable; ages in seconds, 0 when none;
 a section is null when its source did not answer):
 generated_at; window_s; database, redis ("ok" or "unreachable (Error)");
+distribution {kind ("single" or "citus"), citus (its version), workers, distributed [tables],
+reference [tables], local [tenant tables not yet distributed]};
 backlog {queued, processing, oldest_unapplied_age_s} (all tenants: the apply lag);
 tenants [{tenant_id, tenant, queued, processing, oldest_unapplied_age_s, failed, reviews_waiting,
 oldest_review_age_s, audit_unsealed, oldest_unsealed_age_s, audit_head_seq, audit_sealed}];
@@ -59,6 +62,7 @@ class Status:
     scopes_ready: int | None = None
     tenants_paused: int | None = None
     workers: list[dict[str, Any]] | None = None
+    distribution: Distribution | None = None
     generated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
@@ -72,6 +76,7 @@ class Status:
             "window_s": self.window_s,
             "database": self.database,
             "redis": self.redis,
+            "distribution": None if self.distribution is None else self.distribution.as_json(),
             "backlog": self.backlog,
             "tenants": None
             if tenants is None
@@ -111,6 +116,7 @@ class Status:
 async def _read_postgres(found: Status, database_url: str) -> None:
     from sqlalchemy import text
 
+    from app.db.distribution import describe
     from app.db.engine import create_engine, create_sessionmaker
     from app.domain.system import repositories
 
@@ -119,6 +125,8 @@ async def _read_postgres(found: Status, database_url: str) -> None:
     try:
         async with asyncio.timeout(_DB_TIMEOUT_S), create_sessionmaker(engine)() as session, session.begin():
             await session.execute(text("SET LOCAL statement_timeout = '8s'"))
+            # First: it says where the database is, should a later read fail.
+            found.distribution = await describe(await session.connection())
             backlog = await repositories.backlog(session)
             found.backlog = {
                 "queued": backlog.queued,
@@ -192,6 +200,8 @@ def _ms(value: float | None) -> str:
 def _summary(found: Status) -> str:
     data = found.as_json()
     line = f"postgres: {found.database}  redis: {found.redis}"
+    if found.distribution is not None:
+        line += f"\ndatabase: {found.distribution.summary}"
     if found.backlog is not None:
         b, reviews, audit = found.backlog, data["reviews"], data["audit"]
         line += (

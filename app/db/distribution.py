@@ -1,0 +1,255 @@
+"""Past one Postgres: the schema distributed by `tenant_id` on a Citus cluster (`memstore db distribute`).
+
+Every key of a tenant's rows holds `tenant_id` (migration 0020), so each table holding them is a
+distributed table on that column, all co-located: a tenant's rows of every table live on one shard
+group, and a statement naming one tenant runs on one node. The tables read before the tenant is known
+or shared by all (`tenants`, `api_keys`, `embedding_config`) are reference tables, copied to every
+node; `alembic_version` stays on the coordinator.
+
+Two settings of the database go with it, for the sessions opened after:
+- `citus.propagate_set_commands = 'local'`: a transaction's `SET LOCAL` (the tenants, `app.db.tenancy`)
+  is passed on to the shards, where the row-level security policies read it.
+- `citus.enable_unsafe_triggers = on`: the append-only triggers stay on the distributed tables (Citus
+  refuses tables with triggers otherwise); each reads only its own row, so it is safe on a shard.
+And one of the service role, on every node: `citus.allow_nested_distributed_execution = on`. The
+policies run `memstore_visible_tenants()` on the shards, and it reads `tenants` (the shadow banks): on
+a worker that is a query of a reference table from within a shard's query, which Citus refuses
+otherwise. Every node holds a copy of a reference table, so the read is local and sees what the
+coordinator sees.
+
+The row-level security policies (migration 0008) read the visible tenants through a scalar subquery,
+`(SELECT memstore_visible_tenants())`, so Postgres runs the function once per statement (an InitPlan).
+Citus refuses subqueries in the policies of distributed and reference tables, so each table's policy
+calls the function directly before the table is distributed: the same rows, the function evaluated
+where Postgres chooses (once per index scan as a runtime key, per row in a filter).
+
+Each step is skipped when done, so a second run changes nothing. The tables are distributed in one
+transaction, parents first (foreign keys): Citus moves each table's rows to its shards as it goes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.tenancy import SERVICE_ROLE
+
+REFERENCE_TABLES = ("tenants", "api_keys", "embedding_config")
+DISTRIBUTION_COLUMN = "tenant_id"
+# The table every other distributed table is co-located with.
+COLOCATE_WITH = "chunks"
+DATABASE_SETTINGS = {
+    "citus.propagate_set_commands": "local",
+    "citus.enable_unsafe_triggers": "on",
+}
+
+
+class DistributionError(RuntimeError):
+    """The database cannot be distributed as it is; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """How the database is laid out: one Postgres, or Citus with its workers and tables."""
+
+    citus: str | None  # the Citus extension's version, None without it
+    workers: int = 0
+    distributed: tuple[str, ...] = ()
+    reference: tuple[str, ...] = ()
+    local: tuple[str, ...] = field(default=())  # tenant tables still on the coordinator alone
+
+    @property
+    def summary(self) -> str:
+        if self.citus is None:
+            return "single Postgres"
+        if not self.distributed and not self.reference:
+            return f"Citus {self.citus}, {self.workers} workers, not distributed (memstore db distribute)"
+        line = (
+            f"Citus {self.citus}, {self.workers} workers: {len(self.distributed)} tables distributed by "
+            f"{DISTRIBUTION_COLUMN}, {len(self.reference)} reference"
+        )
+        if self.local:
+            line += f", {len(self.local)} not yet distributed ({', '.join(self.local)})"
+        return line
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "kind": "single" if self.citus is None else "citus",
+            "citus": self.citus,
+            "workers": self.workers,
+            "distributed": list(self.distributed),
+            "reference": list(self.reference),
+            "local": list(self.local),
+        }
+
+
+_CITUS = text("SELECT extversion FROM pg_extension WHERE extname = 'citus'")
+_WORKERS = text("SELECT count(*) FROM pg_dist_node WHERE noderole = 'primary' AND groupid <> 0 AND isactive")
+_CITUS_TABLES = text(
+    "SELECT logicalrelid::regclass::text AS name,"
+    " CASE WHEN partmethod = 'h' THEN 'distributed'"
+    "      WHEN repmodel = 't' THEN 'reference' ELSE 'local' END AS kind"
+    " FROM pg_dist_partition"
+)
+# The schema's tables holding a tenant's rows, each with the tables its foreign keys point to.
+_TENANT_TABLES = text(
+    "SELECT c.relname AS name,"
+    " coalesce(array_agg(DISTINCT p.relname) FILTER (WHERE p.relname IS NOT NULL AND p.oid <> c.oid),"
+    "          '{}') AS parents"
+    " FROM pg_class c"
+    " JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = current_schema()"
+    " LEFT JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'f'"
+    " LEFT JOIN pg_class p ON p.oid = k.confrelid"
+    " WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition"
+    "   AND EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = :column"
+    "               AND NOT a.attisdropped)"
+    " GROUP BY c.relname ORDER BY c.relname"
+)
+_SUBQUERY_POLICIES = text(
+    "SELECT tablename FROM pg_policies WHERE schemaname = current_schema() AND policyname = :policy"
+    " AND (qual LIKE '%SELECT memstore_visible_tenants()%'"
+    "      OR with_check LIKE '%SELECT memstore_visible_tenants()%')"
+)
+POLICY = "tenant_isolation"
+_VISIBLE = "memstore_visible_tenants()"
+_POLICY_CHECKS = {"tenants": f"id = ANY ({_VISIBLE}) OR shadow_of = ANY ({_VISIBLE})"}
+# The foreign keys of `tables` to `to`, with their definitions.
+_KEYS_TO = text(
+    "SELECT k.conrelid::regclass::text AS table, k.conname AS name,"
+    " pg_get_constraintdef(k.oid) AS definition"
+    " FROM pg_constraint k"
+    " WHERE k.contype = 'f' AND k.conrelid::regclass::text = ANY (:tables)"
+    "   AND k.confrelid::regclass::text = ANY (:to)"
+    " ORDER BY 1, 2"
+)
+ROLE_SETTINGS = {"citus.allow_nested_distributed_execution": "on"}
+_ROLE_SETTING = text(
+    "SELECT split_part(s, '=', 2) FROM pg_db_role_setting r, unnest(r.setconfig) AS s"
+    " WHERE r.setdatabase = 0 AND r.setrole = (SELECT oid FROM pg_roles WHERE rolname = :role)"
+    "   AND split_part(s, '=', 1) = :name"
+)
+_DATABASE_SETTING = text(
+    "SELECT split_part(s, '=', 2) FROM pg_db_role_setting r, unnest(r.setconfig) AS s"
+    " WHERE r.setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    "   AND r.setrole = 0 AND split_part(s, '=', 1) = :name"
+)
+
+
+async def describe(conn: AsyncConnection) -> Distribution:
+    """The database's layout, read from the catalog (any role may read it)."""
+    version = await conn.scalar(_CITUS)
+    if version is None:
+        return Distribution(citus=None)
+    workers = int(await conn.scalar(_WORKERS) or 0)
+    kinds = {r.name: r.kind for r in await conn.execute(_CITUS_TABLES)}
+    tenant_tables = [r.name for r in await conn.execute(_TENANT_TABLES, {"column": DISTRIBUTION_COLUMN})]
+    wanted = [t for t in tenant_tables if t not in REFERENCE_TABLES]
+    return Distribution(
+        citus=str(version),
+        workers=workers,
+        distributed=tuple(sorted(t for t, k in kinds.items() if k == "distributed")),
+        reference=tuple(sorted(t for t, k in kinds.items() if k == "reference")),
+        local=tuple(t for t in wanted if kinds.get(t) != "distributed"),
+    )
+
+
+async def _set_database_settings(conn: AsyncConnection) -> list[str]:
+    """`DATABASE_SETTINGS` for the sessions to come, and this one; the settings changed."""
+    done: list[str] = []
+    database = await conn.scalar(text("SELECT current_database()"))
+    for name, value in DATABASE_SETTINGS.items():
+        if await conn.scalar(_DATABASE_SETTING, {"name": name}) != value:
+            # Our own constants: names and values are not user input.
+            await conn.execute(text(f"ALTER DATABASE \"{database}\" SET {name} = '{value}'"))
+            done.append(f"database {database}: {name} = '{value}'")
+        await conn.execute(text(f"SET {name} = '{value}'"))
+    for name, value in ROLE_SETTINGS.items():
+        if await conn.scalar(_ROLE_SETTING, {"role": SERVICE_ROLE, "name": name}) != value:
+            # Citus passes ALTER ROLE … SET on to the workers.
+            await conn.execute(text(f"ALTER ROLE {SERVICE_ROLE} SET {name} = '{value}'"))
+            done.append(f"role {SERVICE_ROLE}: {name} = '{value}'")
+    return done
+
+
+def _parents_first(tables: dict[str, list[str]]) -> list[str]:
+    """The tables in an order where each comes after the tables its foreign keys point to."""
+    ordered: list[str] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen or name not in tables:
+            return
+        seen.add(name)
+        for parent in sorted(tables[name]):
+            visit(parent)
+        ordered.append(name)
+
+    for name in sorted(tables):
+        visit(name)
+    return ordered
+
+
+async def distribute(conn: AsyncConnection) -> list[str]:
+    """Distribute the schema on the Citus cluster `conn` is the coordinator of, as the tables' owner;
+    what was done, one line a step (empty when it already was). `conn` is in autocommit."""
+    version = await conn.scalar(_CITUS)
+    if version is None:
+        msg = (
+            "this Postgres has no Citus (no `citus` extension in this database): distribute on a Citus "
+            "coordinator, e.g. `memstore up --citus-workers 2` after `make citus`"
+        )
+        raise DistributionError(msg)
+    if not int(await conn.scalar(_WORKERS) or 0):
+        msg = "the Citus coordinator has no active worker: add them first (citus_add_node)"
+        raise DistributionError(msg)
+    done = await _set_database_settings(conn)
+    kinds = {r.name: r.kind for r in await conn.execute(_CITUS_TABLES)}
+    tenant_tables = {
+        r.name: list(r.parents)
+        for r in await conn.execute(_TENANT_TABLES, {"column": DISTRIBUTION_COLUMN})
+        if r.name not in REFERENCE_TABLES
+    }
+    if COLOCATE_WITH not in tenant_tables:
+        msg = f"no table {COLOCATE_WITH} with {DISTRIBUTION_COLUMN}: run `memstore migrate` first"
+        raise DistributionError(msg)
+    references = [t for t in REFERENCE_TABLES if kinds.get(t) != "reference"]
+    # chunks has no foreign key to another tenant table, so it can lead.
+    order = [COLOCATE_WITH, *(t for t in _parents_first(tenant_tables) if t != COLOCATE_WITH)]
+    tables = [t for t in order if kinds.get(t) != "distributed"]
+    if not references and not tables:
+        return done
+    # One transaction: all of it or none. Its statements one connection per node after the other
+    # (`sequential`): a table's rows copied to its shards in parallel could not be read by the next
+    # step of the same transaction.
+    await conn.execute(text("BEGIN"))
+    try:
+        await conn.execute(text("SET LOCAL citus.multi_shard_modify_mode = 'sequential'"))
+        for table in (await conn.execute(_SUBQUERY_POLICIES, {"policy": POLICY})).scalars():
+            check = _POLICY_CHECKS.get(table, f"tenant_id = ANY ({_VISIBLE})")
+            await conn.execute(text(f"ALTER POLICY {POLICY} ON {table} USING ({check}) WITH CHECK ({check})"))
+            done.append(f"{table}: policy {POLICY} without its subquery")
+        # A reference table made while a local table has a foreign key to it turns that table into a
+        # "Citus local table", which Citus cannot distribute when it has an identity column
+        # (audit_events, memory_versions, webhook_events): those keys go first and come back after.
+        keys = (await conn.execute(_KEYS_TO, {"tables": tables, "to": list(REFERENCE_TABLES)})).all()
+        for key in keys:
+            await conn.execute(text(f'ALTER TABLE {key.table} DROP CONSTRAINT "{key.name}"'))
+        for table in references:
+            await conn.execute(text("SELECT create_reference_table(:t)"), {"t": table})
+            done.append(f"{table}: reference table")
+        for table in tables:
+            colocate = "default" if table == COLOCATE_WITH else COLOCATE_WITH
+            await conn.execute(
+                text("SELECT create_distributed_table(:t, :column, colocate_with => :with)"),
+                {"t": table, "column": DISTRIBUTION_COLUMN, "with": colocate},
+            )
+            done.append(f"{table}: distributed by {DISTRIBUTION_COLUMN}, co-located with {COLOCATE_WITH}")
+        for key in keys:
+            await conn.execute(text(f'ALTER TABLE {key.table} ADD CONSTRAINT "{key.name}" {key.definition}'))
+        await conn.execute(text("COMMIT"))
+    except BaseException:
+        await conn.execute(text("ROLLBACK"))
+        raise
+    return done
