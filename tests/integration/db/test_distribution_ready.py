@@ -48,7 +48,10 @@ CROSS_TENANT_FUNCTIONS = {
     "memstore_stranded_scopes": "reads chunks of every tenant (the sweeper)",
     "memstore_unsealed_audit_tenants": "reads audit_events of every tenant (the sealer)",
     "memstore_backlog": "reads chunks of every tenant (/metrics)",
-    "memstore_tenant_backlog": "reads chunks of every tenant, then the changesets of the few waiting longest",
+    "memstore_tenant_backlog": (
+        "reads chunks of every tenant, then the day's changesets and chunks of the few waiting longest, "
+        "grouped by tenant"
+    ),
     "memstore_shadow_backlog": "reads chunks of every shadow bank (/metrics)",
     "memstore_operator_status": "reads chunks, reviews, audit_events of every tenant, grouped by tenant",
     "memstore_failed_chunks": "reads failed chunks of every tenant, grouped by tenant and error",
@@ -172,6 +175,36 @@ async def test_every_security_definer_function_is_listed(owner: asyncpg.Connecti
         "WHERE n.nspname = 'public' AND p.prosecdef"
     )
     assert {row["proname"] for row in rows} == set(CROSS_TENANT_FUNCTIONS)
+
+
+# SQL functions with parameters that Citus can run, and why: it cannot plan a statement of a SQL function
+# with parameters that reads a distributed table (PL/pgSQL's statements it plans with their values).
+SQL_FUNCTIONS_WITH_PARAMETERS = {
+    "memstore_purging": "reads pg_class: no table of the schema",
+    "memstore_key_tenant": "reads api_keys, a reference table",
+}
+
+
+async def test_no_sql_function_with_parameters_reads_a_distributed_table(owner: asyncpg.Connection) -> None:
+    rows = await owner.fetch(
+        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " JOIN pg_language l ON l.oid = p.prolang"
+        " WHERE n.nspname = 'public' AND l.lanname = 'sql' AND p.pronargs > 0"
+    )
+    assert {row["proname"] for row in rows} == set(SQL_FUNCTIONS_WITH_PARAMETERS)
+
+
+async def test_the_purge_switch_is_set_as_a_cluster_passes_it_on(owner: asyncpg.Connection) -> None:
+    """`set_config(…, true)` changes the setting on the node that runs the function only; `SET LOCAL`
+    reaches the shards, where the append-only triggers read it."""
+    rows = await owner.fetch(
+        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = 'public' AND p.prosrc LIKE $1",
+        "%set_config('memstore.purge'%",
+    )
+    assert [row["proname"] for row in rows] == []
+    purge = await owner.fetchval("SELECT prosrc FROM pg_proc WHERE proname = 'memstore_purge_user'")
+    assert "SET LOCAL memstore.purge = 'on'" in purge
 
 
 async def test_a_new_table_keyed_without_the_tenant_is_flagged(owner: asyncpg.Connection) -> None:
