@@ -9,6 +9,7 @@ from app.config import Settings
 from app.domain.webhooks.ssrf import AddressPolicy, BlockedAddressError
 from tests.conftest import TenantKeys
 from tests.support.live import live_api
+from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import WebhookReceiver
 from tests.support.workers import running_worker
 
@@ -31,8 +32,17 @@ async def test_the_sdk_manages_webhooks_and_reads_the_delivery_log(
 
         accepted = await memstore.add_chunk("ana", [{"role": "user", "content": "hi"}], writer="garbage")
         await receiver.wait_for(1)
-        [delivery] = [d async for d in memstore.iter_webhook_deliveries(created.id)]
-        assert delivery.status == "delivered"
+
+        async def deliveries() -> list[models.WebhookDelivery]:
+            return [d async for d in memstore.iter_webhook_deliveries(created.id)]
+
+        # The receiver has the request before the worker records its answer: until the log says so.
+        [delivery] = await wait_for(
+            deliveries,
+            lambda seen: [d.status for d in seen] == ["delivered"],
+            timeout_s=15,
+            what="the delivery recorded as delivered",
+        )
         assert delivery.data["chunk_id"] == str(accepted.chunk_id)
         again = await memstore.redeliver_webhook(created.id, delivery.id)
         assert again.status == "pending"
