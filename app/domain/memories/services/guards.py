@@ -201,7 +201,7 @@ async def find_near_duplicates(memories: MemoryRepository, plans: Sequence[Plan]
     )
     kept: dict[int, _KeptAdds] = {}  # per plan: ADDs that stay
     for (plan, index, vector, content), nearest in zip(adds, closest, strict=True):
-        threshold = plan.request.limits.duplicate_threshold
+        threshold = plan.request.limits.duplicate_threshold_for(content)
         replaced = {m.id for _, op, targets in plan.accepted if op.kind is not OpKind.UPDATE for m in targets}
         twin = next(
             (

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from app.lib.lexical import detect
 from app.writers.base import DEFAULT_DESTRUCTIVE_KINDS, Op, OpKind
 
 MAX_MEMORY_CHARS = 2_000
@@ -50,10 +51,20 @@ class ApplyLimits:
     # An ADD at least this similar (cosine) to an active memory of the scope, or to another ADD of the
     # same result, stores nothing: over-storing near-copies is a known failure of memory writers.
     duplicate_threshold: float = 0.95
+    # The embedder's own thresholds by language (`embeddings.base.DUPLICATE_THRESHOLDS`), which raise it.
+    duplicate_thresholds: Mapping[str, float] = field(default_factory=dict)
     # Under `review` an op of these kinds that passes every guard is held as a pending review instead
     # of applied; under `deny` it is dropped (guard `denied_op`). Hand edits and approvals use `allow`.
     destructive: str = "allow"
     destructive_kinds: frozenset[OpKind] = DEFAULT_DESTRUCTIVE_KINDS
+
+    def duplicate_threshold_for(self, content: str) -> float:
+        """The near-duplicate threshold of an ADD of `content`: `duplicate_threshold`, raised to the
+        embedder's own for the content's language (the strictest it has for a language not measured)."""
+        if not self.duplicate_thresholds or self.duplicate_threshold > 1.0:
+            return self.duplicate_threshold
+        own = self.duplicate_thresholds.get(detect(content), max(self.duplicate_thresholds.values()))
+        return max(self.duplicate_threshold, own)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from app.domain.pipeline.repositories import PipelineRepository, TenantOptions
 from app.domain.pipeline.services.faults import outage_backoff
 from app.domain.search.services import Searcher
 from app.embeddings import Embedder, EmbedderCounts, embedder_counts
+from app.embeddings.base import duplicate_thresholds
 from app.writers.base import OpKind, strictest
 from app.writers.registry import WriterRegistry
 
@@ -102,6 +103,7 @@ class LimitsPolicy:
             max_ops=self.settings.writer_max_ops,
             max_chars=self.settings.max_memory_chars,
             duplicate_threshold=self.settings.duplicate_threshold,
+            duplicate_thresholds=duplicate_thresholds(self.settings.embedder),
         )
 
     def for_chunk(self, options: TenantOptions, writer: str) -> ApplyLimits:
