@@ -17,6 +17,7 @@ from arq import cron, func
 from arq.typing import WorkerCoroutine
 
 from app.config import Settings, get_settings
+from app.db.distribution import is_distributed
 from app.db.engine import create_engine, warn_if_bypassing_row_security
 from app.domain.audit.jobs import seal_audit_job
 from app.domain.pipeline.finished import ChunkAnnouncer
@@ -81,6 +82,7 @@ async def startup(ctx: WorkerContext) -> None:
         worker_name=ctx["worker_name"],
         feeder=LiveFeeder(ctx["engine"]),
         announcer=ChunkAnnouncer(ctx["redis"]),
+        distributed=await is_distributed(ctx["engine"]),
     )
     # A turn's lease lapses (its slot's share back to its tenant) if the worker dies: past the longest a
     # turn can take, its last writer call and apply included.

@@ -86,6 +86,7 @@ def replay(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
     from sqlalchemy.ext.asyncio import AsyncSession
 
+    from app.db.distribution import is_distributed
     from app.domain.pipeline.services import PipelineDeps
     from app.domain.shadows.replay import UnknownReplayWriterError, drain, feed_all, start_replay
     from app.embeddings import embedder_from_settings
@@ -118,6 +119,7 @@ def replay(
             writers=registry,
             embedder=embedder_from_settings(settings),
             worker_name=f"replay@{socket.gethostname()}",
+            distributed=await is_distributed(engine),
         )
         try:
             with Progress(

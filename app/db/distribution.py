@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.tenancy import SERVICE_ROLE
 
@@ -153,6 +153,18 @@ async def describe(conn: AsyncConnection) -> Distribution:
         reference=tuple(sorted(t for t, k in kinds.items() if k == "reference")),
         local=tuple(t for t in wanted if kinds.get(t) != "distributed"),
     )
+
+
+_HAS_DISTRIBUTED = text("SELECT EXISTS (SELECT FROM pg_dist_partition WHERE partmethod = 'h')")
+
+
+async def is_distributed(engine: AsyncEngine) -> bool:
+    """Whether `engine`'s database is a Citus coordinator with distributed tables: its autocommit
+    statements on them reach the shards without the tenants (`app.db.tenancy`)."""
+    async with engine.connect() as conn:
+        if await conn.scalar(_CITUS) is None:
+            return False
+        return bool(await conn.scalar(_HAS_DISTRIBUTED))
 
 
 async def _set_database_settings(conn: AsyncConnection) -> list[str]:

@@ -33,6 +33,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.config import Settings
+from app.db.distribution import is_distributed
 from app.db.engine import create_sessionmaker
 from app.domain.accounts.services import create_tenant
 from app.domain.answer.reader import ChatModel, ChatModelError, Completion
@@ -184,6 +185,7 @@ async def run_evaluation(
         writers=registry,
         embedder=embedder_from_settings(settings),
         worker_name=f"eval-{run_id}",
+        distributed=await is_distributed(engine),
     )
     runs = []
     try:

@@ -140,12 +140,17 @@ class PipelineDeps:
     # Announces the chunks it finishes to the API processes' waiting reads (the worker's; none elsewhere).
     announcer: ChunkAnnouncer | None = None
     tenants: TenantOptionsCache = field(default_factory=TenantOptionsCache)
+    # The database is a Citus cluster with distributed tables (`app.db.distribution.is_distributed`).
+    distributed: bool = False
     outage: OutageClock = field(init=False)
     policy: LimitsPolicy = field(init=False)
     locks: ScopeLocks = field(init=False)
     applier: Applier = field(init=False)
     # The same pool without transactions: a chunk's claim and the reads that prepare its writer call
-    # are single statements that need no BEGIN / COMMIT round trips around them.
+    # are single statements that need no BEGIN / COMMIT round trips around them. On a Citus cluster
+    # they are in transactions after all: the tenants reach the shards, where the policies read them,
+    # only as the `SET LOCAL` a BEGIN carries (`app.db.tenancy`); an autocommit statement routed to a
+    # worker sees no row. Whatever they write is committed by `commit_reads`.
     reads: AsyncEngine = field(init=False)
     # Shadow banks drained at once by this process, in slots of their own (`MEMSTORE_SHADOW_MAX_JOBS`),
     # and no bank in more than half of them.
@@ -158,8 +163,16 @@ class PipelineDeps:
         self.policy = LimitsPolicy(self.settings, self.writers)
         self.locks = ScopeLocks(self.engine)
         self.applier = Applier(self.engine, self.actor)
-        self.reads = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.reads = (
+            self.engine if self.distributed else self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        )
         self.shadow_slots = asyncio.Semaphore(self.settings.shadow_max_jobs)
+
+    async def commit_reads(self, session: AsyncSession) -> None:
+        """Commit what a session of `reads` wrote (a claim): its transaction on a cluster; on one
+        Postgres each statement committed as it ran, and this costs nothing."""
+        if self.distributed:
+            await session.commit()
 
     @property
     def searcher(self) -> Searcher:

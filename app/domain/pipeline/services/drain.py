@@ -135,9 +135,10 @@ async def _process_next(
 
     The claim (attempts + 1, so a chunk that kills its worker is eventually failed) and the reads for
     the writer's view are single statements outside any transaction, on one connection taken from the
-    pool once; the result is applied, and the chunk marked applied, in one transaction shared with
-    other scopes' results (`Applier`). Nothing is held open while the writer thinks or the embedder
-    answers.
+    pool once (on a Citus cluster: the claim committed in its own transaction, the reads in another,
+    `PipelineDeps.reads`); the result is applied, and the chunk marked applied, in one transaction
+    shared with other scopes' results (`Applier`). Nothing is held open while the writer thinks or the
+    embedder answers (on a cluster, the reads' transaction while the embedder answers).
     """
     view: WriterView | None = None
     failure: BaseException | None = None
@@ -148,6 +149,7 @@ async def _process_next(
             claim = await PipelineRepository(session).claim_next(
                 tenant_id, user_id, deps.settings.max_attempts, lease, from_seq=run.claimed_seq
             )
+            await deps.commit_reads(session)  # the claim holds whatever the reads below meet
             claimed = claim.claimed
             if claimed is not None:
                 run.claimed_seq = claimed.seq
