@@ -25,7 +25,9 @@ _EVENT_COLUMNS = (
     "summary",
     "created_at",
 )
-# A column each, as an array (`app.db.arrays`): one statement text for any number of events.
+# A column each, as an array (`app.db.arrays`): one statement text for any number of events. RETURNING,
+# unread: a Citus cluster inserts the rows of an INSERT … SELECT from a function by COPY into the shards,
+# which row-level security refuses, unless the statement returns rows (then by INSERT on each shard).
 _INSERT_EVENTS = text(
     """INSERT INTO audit_events (tenant_id, actor, action, target_type, target_id, request_id, summary,
                               created_at)
@@ -34,6 +36,7 @@ _INSERT_EVENTS = text(
                 CAST(:target_type AS text[]), CAST(:target_id AS text[]), CAST(:request_id AS text[]),
                 CAST(:summary AS text[]), CAST(:created_at AS timestamptz[]))
         AS e(tenant_id, actor, action, target_type, target_id, request_id, summary, created_at)
+    RETURNING id
     """
 )
 

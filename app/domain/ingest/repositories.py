@@ -3,12 +3,13 @@ Chunks are written by the chunk queue alone (`pipeline/repositories.py`)."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, func, select, text, tuple_
+from sqlalchemy import Table, TextClause, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -77,31 +78,35 @@ _UNFINISHED = "c.status IN ('queued', 'processing')"  # the predicate of ix_chun
 # bounds its unfinished ones: a scope whose last_seq leaves room for the whole batch under the cap
 # (:room, the cap less the batch's chunks) is not counted. Most scopes are, so a batch costs a primary
 # key lookup per scope, not a walk of each one's backlog; only a scope near or past the cap is counted.
+# A scope with no row yet has no chunk (the caller's figure is 0). The count is correlated to `scopes`,
+# which a Citus cluster distributes with `chunks`: it runs on each scope's shard (it cannot push down
+# a subquery correlated to a set-returning function such as `unnest`).
 _UNFINISHED_PER_SCOPE = text(
     f"""
-    SELECT s.tenant_id, s.user_id,
-        CASE WHEN coalesce(sc.last_seq, 0) <= :room THEN coalesce(sc.last_seq, 0) ELSE (
+    SELECT sc.tenant_id, sc.user_id,
+        CASE WHEN sc.last_seq <= :room THEN sc.last_seq ELSE (
             SELECT count(*) FROM (
                 SELECT 1 FROM chunks c
-                WHERE c.tenant_id = s.tenant_id AND c.user_id = s.user_id AND {_UNFINISHED}
+                WHERE c.tenant_id = sc.tenant_id AND c.user_id = sc.user_id AND {_UNFINISHED}
                 LIMIT :cap
             ) AS capped
         ) END AS n
     FROM unnest(CAST(:tenants AS uuid[]), CAST(:users AS text[])) AS s(tenant_id, user_id)
-    LEFT JOIN scopes sc ON sc.tenant_id = s.tenant_id AND sc.user_id = s.user_id
+    JOIN scopes sc ON sc.tenant_id = s.tenant_id AND sc.user_id = s.user_id
     """  # noqa: S608  (no input in the text: the predicate is a constant)
 )
-_UNFINISHED_PER_TENANT = text(
-    f"""
-    SELECT t.tenant_id, q.n
-    FROM unnest(CAST(:tenants AS uuid[])) AS t(tenant_id)
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS n FROM (
-            SELECT 1 FROM chunks c WHERE c.tenant_id = t.tenant_id AND {_UNFINISHED} LIMIT :cap
-        ) AS capped
-    ) AS q
-    """  # noqa: S608
-)
+
+
+@functools.cache
+def _unfinished_per_tenant(tenants: int) -> TextClause:
+    """One capped count per tenant, each naming its tenant as a value (on a Citus cluster, a query of
+    that tenant's shard alone), in one statement."""
+    count = (  # no input in the text: numbered names and a constant predicate
+        "SELECT CAST(:t{i} AS uuid), count(*) FROM ("  # noqa: S608
+        "SELECT 1 FROM chunks c WHERE c.tenant_id = :t{i} AND " + _UNFINISHED + " LIMIT :cap) AS capped_{i}"
+    )
+    counts = [count.format(i=i) for i in range(tenants)]
+    return text(" UNION ALL ".join(counts))
 
 
 class ChunkRepository:
@@ -206,7 +211,7 @@ class ChunkRepository:
             )
             per_scope.update({(t, u): int(n) for t, u, n in rows})
         if tenant_cap > 0 and tenants:
-            params = {"tenants": list(tenants), "cap": tenant_cap + 1}
-            rows = await self.session.execute(_UNFINISHED_PER_TENANT, params)
+            params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(tenants)} | {"cap": tenant_cap + 1}
+            rows = await self.session.execute(_unfinished_per_tenant(len(tenants)), params)
             per_tenant.update({t: int(n) for t, n in rows})
         return per_scope, per_tenant
