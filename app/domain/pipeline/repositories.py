@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    Boolean,
     ColumnElement,
     DateTime,
     Select,
@@ -108,9 +109,16 @@ _LATER = (
 )
 
 
-def _claim_statement(where: tuple[ColumnElement[bool], ...]) -> Select[Any]:
+# On a Citus cluster the claim runs on the shard's node, where the lock's backend is not: the check is
+# asked of the coordinator first, in the claim's transaction, and its answer handed in.
+_LOCK_HELD_GIVEN = bindparam("p_lock_held", type_=Boolean).label("lock_held")
+
+
+def _claim_statement(
+    where: tuple[ColumnElement[bool], ...], lock_held: ColumnElement[bool] = _LOCK_HELD
+) -> Select[Any]:
     found = select(*_ROW).where(*_SCOPE, *where).order_by(_c.seq).limit(literal_column("1")).cte("next_chunk")
-    alive = select(_LOCK_HELD).cte("scope_lock")
+    alive = select(lock_held).cte("scope_lock")
     claimed = (
         update(CHUNKS)
         .where(
@@ -135,6 +143,8 @@ def _claim_statement(where: tuple[ColumnElement[bool], ...]) -> Select[Any]:
 
 _CLAIM_FIRST = _claim_statement(_FIRST)
 _CLAIM_LATER = _claim_statement(_LATER)
+_CLAIM_FIRST_ON_CLUSTER = _claim_statement(_FIRST, _LOCK_HELD_GIVEN)
+_CLAIM_LATER_ON_CLUSTER = _claim_statement(_LATER, _LOCK_HELD_GIVEN)
 # Fenced by the claim: a chunk this worker lost its lock on, and another worker took since, is not
 # touched (its `attempts` moved on). Many chunks in one statement: the workers apply in groups.
 #
@@ -362,7 +372,14 @@ class PipelineRepository:
         )
 
     async def claim_next(
-        self, tenant_id: uuid.UUID, user_id: str, max_attempts: int, lease: Lease, from_seq: int | None = None
+        self,
+        tenant_id: uuid.UUID,
+        user_id: str,
+        max_attempts: int,
+        lease: Lease,
+        from_seq: int | None = None,
+        *,
+        distributed: bool = False,
     ) -> Claim:
         """Take the scope's oldest unfinished chunk while `lease` still holds (one statement): mark it
         `processing` and count the attempt, if it is takeable now; and say why not, if not.
@@ -377,10 +394,15 @@ class PipelineRepository:
             "p_lock_pid": lease.pid,
             "p_lock_since": lease.backend_start,
         }
+        first, later = _CLAIM_FIRST, _CLAIM_LATER
+        if distributed:  # one more statement, on the coordinator (`_LOCK_HELD_GIVEN`)
+            lock = {"p_lock_pid": lease.pid, "p_lock_since": lease.backend_start}
+            params["p_lock_held"] = bool(await self.session.scalar(select(_LOCK_HELD), lock))
+            first, later = _CLAIM_FIRST_ON_CLUSTER, _CLAIM_LATER_ON_CLUSTER
         if from_seq is None:
-            statement = _CLAIM_FIRST
+            statement = first
         else:
-            statement, params["p_from_seq"] = _CLAIM_LATER, from_seq
+            statement, params["p_from_seq"] = later, from_seq
         row = (await self.session.execute(statement, params)).one()._asdict()
 
         def chunk(prefix: str) -> ChunkRow | None:

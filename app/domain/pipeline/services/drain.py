@@ -147,7 +147,12 @@ async def _process_next(
     try:
         async with AsyncSession(deps.reads, expire_on_commit=False) as session:
             claim = await PipelineRepository(session).claim_next(
-                tenant_id, user_id, deps.settings.max_attempts, lease, from_seq=run.claimed_seq
+                tenant_id,
+                user_id,
+                deps.settings.max_attempts,
+                lease,
+                from_seq=run.claimed_seq,
+                distributed=deps.distributed,
             )
             await deps.commit_reads(session)  # the claim holds whatever the reads below meet
             claimed = claim.claimed
