@@ -31,6 +31,29 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[FUZZ_REQUESTS] = 0
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each route's test gets the id its name says (`...[GET /health]`): schemathesis names them apart
+    but gives all of them the function's one node id, and pytest-xdist, which tells tests apart by id,
+    ran one route's test of fifty-one."""
+    for item in items:
+        if getattr(item, "operation_label", None) is not None and item.parent is not None:
+            item._id = item.parent.id.child(item.name)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A process of a parallel run hands its count to the one that reports (`pytest_testnodedown`)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["fuzz_requests"] = session.config.stash.get(FUZZ_REQUESTS, 0)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    config: pytest.Config = node.config  # type: ignore[attr-defined]
+    sent = node.workeroutput.get("fuzz_requests", 0)  # type: ignore[attr-defined]
+    config.stash[FUZZ_REQUESTS] = config.stash.get(FUZZ_REQUESTS, 0) + sent
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     sent = config.stash.get(FUZZ_REQUESTS, 0)
     if sent:
