@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from app.lib.embedded import EmbeddedError, EmbeddedRedis
 from tests.conftest import server_dir
+from tests.support.waiting import wait_for_sync
 
 
 @pytest.fixture
@@ -37,13 +37,16 @@ def _revive_until_replaced(server: EmbeddedRedis, dead: int, *, skip_backoff: bo
 
     A killed process is not reaped at once (its threads exit first), so one call may see it alive.
     """
-    deadline = time.monotonic() + 10
-    while server.pid in (None, dead):
-        assert time.monotonic() < deadline, "the server was not started again"
+
+    def revived() -> int | None:
         if skip_backoff:
             server._next_restart = 0.0  # restarts wait 1, 2, 4, 8 s apart; not in a test
         server.revive()
-        time.sleep(0.02)
+        return server.pid
+
+    wait_for_sync(
+        revived, lambda pid: pid not in (None, dead), timeout_s=10, what="a new server", interval_s=0.02
+    )
 
 
 def test_a_second_process_shares_the_server_and_leaves_it_running(data_dir: Path) -> None:

@@ -86,6 +86,6 @@ async def test_a_burst_of_chunks_for_busy_scopes_loses_none(
     async with running_worker(quiet):
         for n in range(8):
             await asyncio.gather(*(post(u, n) for u in users))
-            await asyncio.sleep(0.01 * (n % 3))
+            await asyncio.sleep(0.01 * (n % 3))  # time itself: bursts apart, as clients post
         assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 48, timeout_s=30) == {"applied": 48}
     assert await chunk_counts(sessionmaker, tenant.tenant_id) == {"applied": 48}
