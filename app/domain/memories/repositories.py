@@ -257,13 +257,15 @@ def effective_embedding(tenant_id: Any, memory_id: Any, version: Any) -> Any:
 # HNSW graph looking for this user's rows instead, which is slower, and a filtered graph walk can come
 # back empty, so a duplicate would go unnoticed. Vectors travel as text and are cast once each. An
 # expired memory is not one: what it said may be said again, and stored.
+# One statement per tenant, the tenant a value: on a Citus cluster a query of its shard alone (a lateral
+# join correlated to a tenant read from `unnest` cannot be pushed down).
 CLOSEST_ACTIVE = text(
     "SELECT q.ord, m.id, m.distance, m.content"
-    " FROM unnest(CAST(:p_tenant_ids AS uuid[]), CAST(:p_user_ids AS text[]),"
-    " CAST(CAST(:p_vectors AS text[]) AS vector[])) WITH ORDINALITY AS q(tenant_id, user_id, v, ord)"
+    " FROM unnest(CAST(:p_user_ids AS text[]), CAST(CAST(:p_vectors AS text[]) AS vector[]),"
+    " CAST(:p_ords AS integer[])) AS q(user_id, v, ord)"
     " CROSS JOIN LATERAL (SELECT memories.id, memories.content, memories.embedding <=> q.v AS distance"
     " FROM memories"
-    " WHERE memories.tenant_id = q.tenant_id AND memories.user_id = q.user_id"
+    " WHERE memories.tenant_id = :p_tenant_id AND memories.user_id = q.user_id"
     " AND memories.status = 'active' AND (memories.expires_at IS NULL OR memories.expires_at > now())"
     " ORDER BY (memories.embedding <=> q.v) + 0 LIMIT :p_k) AS m"
     " ORDER BY q.ord, m.distance"
@@ -391,18 +393,21 @@ class MemoryRepository:
         self, items: Sequence[tuple[uuid.UUID, str, Sequence[float]]], k: int = 3
     ) -> list[list[tuple[uuid.UUID, float, str]]]:
         """For each (tenant, user, vector), that scope's `k` most similar active memories, nearest
-        first: id, cosine similarity and content (one query; see `CLOSEST_ACTIVE`)."""
-        if not items:
-            return []
-        params = {
-            "p_tenant_ids": [tenant_id for tenant_id, _, _ in items],
-            "p_user_ids": [user_id for _, user_id, _ in items],
-            "p_vectors": [vector_text(vector) for _, _, vector in items],
-            "p_k": k,
-        }
+        first: id, cosine similarity and content (one query per tenant; see `CLOSEST_ACTIVE`)."""
         found: list[list[tuple[uuid.UUID, float, str]]] = [[] for _ in items]
-        for ord_, memory_id, distance, content in await self.session.execute(CLOSEST_ACTIVE, params):
-            found[ord_ - 1].append((memory_id, 1.0 - float(distance), content))
+        by_tenant: dict[uuid.UUID, list[int]] = {}
+        for i, (tenant_id, _, _) in enumerate(items):
+            by_tenant.setdefault(tenant_id, []).append(i)
+        for tenant_id, ords in by_tenant.items():
+            params = {
+                "p_tenant_id": tenant_id,
+                "p_user_ids": [items[i][1] for i in ords],
+                "p_vectors": [vector_text(items[i][2]) for i in ords],
+                "p_ords": ords,
+                "p_k": k,
+            }
+            for ord_, memory_id, distance, content in await self.session.execute(CLOSEST_ACTIVE, params):
+                found[ord_].append((memory_id, 1.0 - float(distance), content))
         return found
 
     async def lock_states(

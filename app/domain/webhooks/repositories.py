@@ -19,13 +19,19 @@ from app.db.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 # The outbox in one statement (see `OutboxRepository.announce`). Items of tenants without an enabled
 # endpoint are dropped first, so a tenant without webhooks pays this one round trip and no more.
 # Each item's events, in order: the versions its changeset wrote (by version row), the reviews it held,
-# then its own event. The INSERT's rows come sorted, so `seq` follows that order.
+# then its own event. The INSERT's rows come sorted, so `seq` follows that order. On a Citus cluster:
+# the tenants' enabled endpoints are read once (`hook`, a query of their shards), as a correlated
+# subquery over `unnest` cannot be pushed down; the deliveries' INSERT returns its ids, so it is written
+# by INSERT on the shards, not by COPY, which row-level security refuses.
 _ANNOUNCE = text(
     """
-    WITH item AS (
+    WITH hook AS MATERIALIZED (
+        SELECT w.id, w.tenant_id, w.event_types FROM webhook_endpoints w
+        WHERE w.tenant_id = ANY (:tenant_id) AND w.enabled
+    ), item AS (
         SELECT i.* FROM unnest(:n, :tenant_id, :user_id, :type, :data, :changeset_id)
             AS i(n, tenant_id, user_id, type, data, changeset_id)
-        WHERE EXISTS (SELECT 1 FROM webhook_endpoints w WHERE w.tenant_id = i.tenant_id AND w.enabled)
+        WHERE i.tenant_id IN (SELECT h.tenant_id FROM hook h)
     ), src AS (
         SELECT i.n, 0 AS k, v.id AS sub, v.tenant_id, v.user_id::text AS user_id,
                CASE WHEN v.status = 'deleted' THEN 'memory.deleted'
@@ -56,18 +62,18 @@ _ANNOUNCE = text(
         INSERT INTO webhook_events (tenant_id, user_id, type, data)
         SELECT s.tenant_id, s.user_id, s.type, s.data FROM src s
         WHERE EXISTS (
-            SELECT 1 FROM webhook_endpoints w
-            WHERE w.tenant_id = s.tenant_id AND w.enabled
-              AND (cardinality(w.event_types) = 0 OR s.type = ANY (w.event_types))
+            SELECT 1 FROM hook h
+            WHERE h.tenant_id = s.tenant_id
+              AND (cardinality(h.event_types) = 0 OR s.type = ANY (h.event_types))
         )
         ORDER BY s.n, s.k, s.sub
         RETURNING id, seq, tenant_id, user_id, type
     )
     INSERT INTO webhook_deliveries (tenant_id, endpoint_id, event_id, event_seq, user_id)
-    SELECT e.tenant_id, w.id, e.id, e.seq, e.user_id
-    FROM event e JOIN webhook_endpoints w
-        ON w.tenant_id = e.tenant_id AND w.enabled
-       AND (cardinality(w.event_types) = 0 OR e.type = ANY (w.event_types))
+    SELECT e.tenant_id, h.id, e.id, e.seq, e.user_id
+    FROM event e JOIN hook h
+        ON h.tenant_id = e.tenant_id AND (cardinality(h.event_types) = 0 OR e.type = ANY (h.event_types))
+    RETURNING id
     """
 ).bindparams(
     bindparam("n", type_=ARRAY(Integer)),

@@ -82,7 +82,7 @@ PG_OFFLINE = {
     "execute INSERT INTO audit_events": 1,
     # The webhooks' outbox (`webhooks.events.announce`): one statement per group commit, whatever its
     # size; for a tenant without an enabled endpoint it writes nothing.
-    "execute WITH FROM unnest, webhook_endpoints, item, memory_versions, reviews, src, event": 1,
+    "execute WITH FROM webhook_endpoints, unnest, hook, item, memory_versions, reviews, src, event": 1,
     "query COMMIT": 1,
     "execute SELECT pg_advisory_unlock": 1,  # the lock given back
     "execute SELECT FROM chunks": 1,  # a last look for a chunk that arrived while the lock was held

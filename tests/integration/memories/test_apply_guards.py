@@ -217,9 +217,10 @@ async def test_duplicate_check_is_exact_even_when_other_users_crowd_the_vector_i
     own = await _memory(sessionmaker, "The user plays the cello on Sundays.")
     [vector] = await EMBEDDER.embed([crowded])
     params = {
-        "p_tenant_ids": [tenant.tenant_id],
+        "p_tenant_id": tenant.tenant_id,
         "p_user_ids": ["u"],
         "p_vectors": [vector_text(vector)],
+        "p_ords": [0],
         "p_k": 3,
     }
     async with sessionmaker() as session, session.begin():
