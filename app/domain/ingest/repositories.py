@@ -78,23 +78,27 @@ _UNFINISHED = "c.status IN ('queued', 'processing')"  # the predicate of ix_chun
 # bounds its unfinished ones: a scope whose last_seq leaves room for the whole batch under the cap
 # (:room, the cap less the batch's chunks) is not counted. Most scopes are, so a batch costs a primary
 # key lookup per scope, not a walk of each one's backlog; only a scope near or past the cap is counted.
-# A scope with no row yet has no chunk (the caller's figure is 0). The count is correlated to `scopes`,
-# which a Citus cluster distributes with `chunks`: it runs on each scope's shard (it cannot push down
-# a subquery correlated to a set-returning function such as `unnest`).
-_UNFINISHED_PER_SCOPE = text(
-    f"""
+# A scope with no row yet has no chunk (the caller's figure is 0). One branch per tenant of the batch,
+# the tenant a value in each table's predicate: on a Citus cluster each branch is a query of that
+# tenant's shard alone (a subquery correlated to `unnest` cannot be pushed down, and a join to it
+# prunes no shard).
+_SCOPE_BRANCH = f"""
     SELECT sc.tenant_id, sc.user_id,
         CASE WHEN sc.last_seq <= :room THEN sc.last_seq ELSE (
             SELECT count(*) FROM (
                 SELECT 1 FROM chunks c
-                WHERE c.tenant_id = sc.tenant_id AND c.user_id = sc.user_id AND {_UNFINISHED}
+                WHERE c.tenant_id = :t{{i}} AND c.user_id = sc.user_id AND {_UNFINISHED}
                 LIMIT :cap
             ) AS capped
         ) END AS n
-    FROM unnest(CAST(:tenants AS uuid[]), CAST(:users AS text[])) AS s(tenant_id, user_id)
-    JOIN scopes sc ON sc.tenant_id = s.tenant_id AND sc.user_id = s.user_id
+    FROM scopes sc
+    WHERE sc.tenant_id = :t{{i}} AND sc.user_id = ANY (CAST(:users_{{i}} AS text[]))
     """  # noqa: S608  (no input in the text: the predicate is a constant)
-)
+
+
+@functools.cache
+def _unfinished_per_scope(tenants: int) -> TextClause:
+    return text(" UNION ALL ".join(_SCOPE_BRANCH.format(i=i) for i in range(tenants)))
 
 
 @functools.cache
@@ -200,18 +204,16 @@ class ChunkRepository:
         per_scope: dict[tuple[uuid.UUID, str], int] = dict.fromkeys(scopes, 0)
         per_tenant: dict[uuid.UUID, int] = dict.fromkeys(tenants, 0)
         if scope_cap > 0 and scopes:
-            rows = await self.session.execute(
-                _UNFINISHED_PER_SCOPE,
-                {
-                    "tenants": [t for t, _ in scopes],
-                    "users": [u for _, u in scopes],
-                    "cap": scope_cap + 1,
-                    "room": scope_cap - adding,
-                },
-            )
+            users: dict[uuid.UUID, list[str]] = {}
+            for tenant_id, user_id in scopes:
+                users.setdefault(tenant_id, []).append(user_id)
+            params: dict[str, Any] = {"cap": scope_cap + 1, "room": scope_cap - adding}
+            for i, (tenant_id, names) in enumerate(users.items()):
+                params |= {f"t{i}": tenant_id, f"users_{i}": names}
+            rows = await self.session.execute(_unfinished_per_scope(len(users)), params)
             per_scope.update({(t, u): int(n) for t, u, n in rows})
         if tenant_cap > 0 and tenants:
-            params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(tenants)} | {"cap": tenant_cap + 1}
-            rows = await self.session.execute(_unfinished_per_tenant(len(tenants)), params)
+            counts = {f"t{i}": t for i, t in enumerate(tenants)} | {"cap": tenant_cap + 1}
+            rows = await self.session.execute(_unfinished_per_tenant(len(tenants)), counts)
             per_tenant.update({t: int(n) for t, n in rows})
         return per_scope, per_tenant

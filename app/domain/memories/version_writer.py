@@ -107,7 +107,8 @@ _MOVE_HEADS = (
 # source version inside Postgres, and `p.status` overrides the status (an undone ADD becomes
 # `deleted`). The vector: one the caller embedded afresh (`HistoryRepository.stale_vectors`), else the
 # head's own if the text is the head's (it follows a re-embedding), else the one in force at the source
-# version.
+# version. RETURNING, unread: on a Citus cluster an INSERT … SELECT that returns rows is written by INSERT
+# on the shards, not by COPY, which row-level security refuses.
 _INSERT_RESTORED = text(
     """
     INSERT INTO memory_versions (
@@ -133,6 +134,7 @@ _INSERT_RESTORED = text(
     JOIN memories m ON m.tenant_id = :tenant_id AND m.id = p.memory_id
     LEFT JOIN unnest(:fresh_ids, :fresh_vectors) AS f(memory_id, vector) ON f.memory_id = p.memory_id
     WHERE tv.tenant_id = :tenant_id AND tv.user_id = :user_id
+    RETURNING id
     """
 ).bindparams(
     bindparam("memory_ids", type_=ARRAY(UUID(as_uuid=True))),

@@ -58,7 +58,7 @@ PG_SINGLE = {
     # No pre-ping: a connection in use within the last second is not pinged (`app.db.engine`).
     "query BEGIN": 1,
     # No idempotency key sent: no look-up of earlier keys (one SELECT FROM chunks when keys are sent).
-    "execute SELECT FROM chunks, unnest, scopes": 1,  # the scopes' backlog bound, against their cap
+    "execute SELECT FROM chunks, scopes": 1,  # the scopes' backlog bound, against their cap
     "execute INSERT INTO scopes": 1,  # the scopes' seq numbers
     "execute INSERT INTO chunks": 1,  # the chunks, a column each as an array (one text, any size)
     "execute INSERT INTO audit_events": 1,  # their chunk.accepted events, the same way
@@ -68,7 +68,7 @@ PG_SINGLE = {
 PG_BATCH = PG_SINGLE
 # The same, as SQLAlchemy executes them (no BEGIN / COMMIT).
 SQL_SINGLE = [
-    "SELECT FROM chunks, unnest, scopes",
+    "SELECT FROM chunks, scopes",
     "INSERT INTO scopes",
     "INSERT INTO chunks",
     "INSERT INTO audit_events",
