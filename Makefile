@@ -76,6 +76,10 @@ contract: $(STAMP) ## The API contract: schemathesis, every check and phase, aga
 test-real-model: $(STAMP) ## Opt-in: every writer profile against a real small model on the CPU; fails unless each write path works (builds .real-model/ first)
 	$(BIN)/python tests/real_model/run.py
 
+.PHONY: test-citus
+test-citus: $(STAMP) ## Opt-in: the service on a local Citus cluster (a coordinator, two workers; needs `make citus`)
+	MEMSTORE_TEST_CITUS=1 $(BIN)/python -m pytest -p no:xdist tests/citus
+
 .PHONY: lint
 lint: $(STAMP) ## Lint and check formatting (ruff)
 	$(BIN)/ruff check app workers client tests migrations bench

@@ -1,0 +1,99 @@
+"""The service on a Citus cluster (`make test-citus`): a coordinator and two workers started by the code
+of `memstore up --citus-workers 2` (`app.lib.embedded.EmbeddedCitus`), migrated and distributed by
+tenant, with an embedded Redis; the real API and real workers with the offline writer.
+
+Opt-in, not part of `make test`: run only with MEMSTORE_TEST_CITUS=1 (which `make test-citus` sets),
+and skipped, saying why, without the Citus build (`make citus`). The cluster is shared by the module's
+tests, which keep apart by tenant."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.engine import create_engine, create_sessionmaker
+from app.lib.embedded import CITUS_HOME, EmbeddedCitusNode, EmbeddedStack, citus_bin_dir
+
+OPT_IN = "MEMSTORE_TEST_CITUS"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    reason = None
+    if os.environ.get(OPT_IN) != "1":
+        reason = f"the Citus cluster tests run with `make test-citus` ({OPT_IN}=1)"
+    elif citus_bin_dir() is None:
+        reason = f"no Citus build in {CITUS_HOME}: `make citus CITUS_SRC=<Citus source tree>`"
+    if reason is None:
+        return
+    for item in items:
+        if here in Path(item.path).parents:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@dataclass
+class Cluster:
+    owner_url: str
+    service_url: str
+    redis_url: str
+    coordinator: EmbeddedCitusNode
+    workers: list[EmbeddedCitusNode]
+
+    async def connect(self, node: EmbeddedCitusNode, user: str = "postgres") -> asyncpg.Connection:
+        """A connection to a node's service database, as `user`."""
+        return await asyncpg.connect(host=str(node.socket_dir), user=user, database=node.database)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    from app.cli.db import distribute_database
+    from app.db.migrate import upgrade
+
+    data_dir = Path(tempfile.mkdtemp(prefix="memstore-citus-"))
+    stack = EmbeddedStack(data_dir, citus_workers=2)
+    owner_url, redis_url = stack.start()
+    try:
+        upgrade(owner_url)
+        asyncio.run(distribute_database(owner_url))
+        assert stack.cluster is not None
+        yield Cluster(owner_url, stack.service_url, redis_url, stack.cluster.coordinator, stack.cluster.nodes)
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+def settings(cluster: Cluster) -> Settings:
+    return Settings(
+        database_url=cluster.service_url,
+        admin_database_url=cluster.owner_url,
+        redis_url=cluster.redis_url,
+        auth_cache_ttl_s=0.0,
+        log_format="console",
+        rate_limit_per_s=0.0,
+        user_rate_limit_per_s=0.0,
+        embedder="hashing",
+        writer="offline",
+        sweep_interval_s=1.0,
+    )
+
+
+@pytest.fixture
+async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
+    """The tests' own connections, as the tables' owner (set-up and checks see every tenant)."""
+    engine = create_engine(settings.as_owner(), application_name="memstore-tests")
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return create_sessionmaker(engine)
