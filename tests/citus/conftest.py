@@ -11,16 +11,13 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.config import Settings
-from app.db.engine import create_engine, create_sessionmaker
 from app.lib.embedded import CITUS_HOME, EmbeddedCitusNode, EmbeddedStack, citus_bin_dir
 
 OPT_IN = "MEMSTORE_TEST_CITUS"
@@ -68,32 +65,3 @@ def cluster() -> Iterator[Cluster]:
         yield Cluster(owner_url, stack.service_url, redis_url, stack.cluster.coordinator, stack.cluster.nodes)
     finally:
         stack.stop()
-
-
-@pytest.fixture
-def settings(cluster: Cluster) -> Settings:
-    return Settings(
-        database_url=cluster.service_url,
-        admin_database_url=cluster.owner_url,
-        redis_url=cluster.redis_url,
-        auth_cache_ttl_s=0.0,
-        log_format="console",
-        rate_limit_per_s=0.0,
-        user_rate_limit_per_s=0.0,
-        embedder="hashing",
-        writer="offline",
-        sweep_interval_s=1.0,
-    )
-
-
-@pytest.fixture
-async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
-    """The tests' own connections, as the tables' owner (set-up and checks see every tenant)."""
-    engine = create_engine(settings.as_owner(), application_name="memstore-tests")
-    yield engine
-    await engine.dispose()
-
-
-@pytest.fixture
-def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return create_sessionmaker(engine)
