@@ -39,6 +39,36 @@ from app.domain.accounts.services import create_tenant
 from app.lib.embedded import EmbeddedStack
 from app.server.asgi import create_app
 
+# The requests the fuzzer (tests/fuzz) sent, counted in each process and reported at the end of the run:
+# CI's log shows how much was tried, not only that nothing failed. The hooks that count them across
+# processes are here, where the process that reports (which collects nothing under pytest-xdist) has them.
+FUZZ_REQUESTS = pytest.StashKey[int]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[FUZZ_REQUESTS] = 0
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A process of a parallel run hands its count to the one that reports (`pytest_testnodedown`)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["fuzz_requests"] = session.config.stash.get(FUZZ_REQUESTS, 0)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    config: pytest.Config = node.config  # type: ignore[attr-defined]
+    sent = node.workeroutput.get("fuzz_requests", 0)  # type: ignore[attr-defined]
+    config.stash[FUZZ_REQUESTS] = config.stash.get(FUZZ_REQUESTS, 0) + sent
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    sent = config.stash.get(FUZZ_REQUESTS, 0)
+    if sent:
+        terminalreporter.write_sep("-", f"schemathesis: {sent} generated requests sent to the API")
+
+
 # Which process of a parallel run this is ("gw0", "gw1", ...; empty when the run is not parallel).
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 TEMPLATE_DB = f"memstore_test_template{XDIST_WORKER}"

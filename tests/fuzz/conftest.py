@@ -24,12 +24,6 @@ from tests.conftest import Servers, _admin_connect, make_tenant
 from tests.support.fake_llm import FakeLLM
 from tests.support.fake_reader import reader_responder
 
-FUZZ_REQUESTS = pytest.StashKey[int]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.stash[FUZZ_REQUESTS] = 0
-
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Each route's test gets the id its name says (`...[GET /health]`): schemathesis names them apart
@@ -38,26 +32,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if getattr(item, "operation_label", None) is not None and item.parent is not None:
             item._id = item.parent.id.child(item.name)
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """A process of a parallel run hands its count to the one that reports (`pytest_testnodedown`)."""
-    output = getattr(session.config, "workeroutput", None)
-    if output is not None:
-        output["fuzz_requests"] = session.config.stash.get(FUZZ_REQUESTS, 0)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: object, error: object) -> None:
-    config: pytest.Config = node.config  # type: ignore[attr-defined]
-    sent = node.workeroutput.get("fuzz_requests", 0)  # type: ignore[attr-defined]
-    config.stash[FUZZ_REQUESTS] = config.stash.get(FUZZ_REQUESTS, 0) + sent
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    sent = config.stash.get(FUZZ_REQUESTS, 0)
-    if sent:
-        terminalreporter.write_sep("-", f"schemathesis: {sent} generated requests sent to the API")
 
 
 @dataclass

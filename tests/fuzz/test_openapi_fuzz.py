@@ -21,7 +21,8 @@ import schemathesis
 
 from app.config import Settings
 from app.server.asgi import create_app
-from tests.fuzz.conftest import FUZZ_REQUESTS, FuzzTarget
+from tests.conftest import FUZZ_REQUESTS
+from tests.fuzz.conftest import FuzzTarget
 
 # Per route, in the fuzzing phase (the coverage phase adds its own boundary cases): about 1,900
 # requests in all, a minute here. MEMSTORE_FUZZ_EXAMPLES=150 fuzzes deeper (about 4,800, a few minutes).
