@@ -142,8 +142,7 @@ def memstore_up(
     """`memstore up` on a free port in a fresh data directory; its base URL and data directory once
     /ready answers 200.
     Stopped (SIGINT, then SIGKILL to its process group) and its data removed whatever happens."""
-    from tests.e2e.conftest import free_port, start_up
-    from tests.support.waiting import wait_for_sync
+    from tests.e2e.conftest import free_port, ready_within, start_up
 
     # Not under a private (0700) temporary root: Postgres runs as another user under root.
     workdir = Path(tempfile.mkdtemp(prefix="memstore-contract-"))
@@ -155,33 +154,15 @@ def memstore_up(
         own_session=True,
     )  # fmt: skip
     try:
-        started = time.monotonic()
-
-        def ready() -> int:
-            if proc.poll() is not None:
-                raise RuntimeError(f"memstore up exited ({proc.returncode}):\n{_tail(log_path)}")
-            return httpx.get(f"{base}/ready", timeout=2).status_code
-
         try:
-            wait_for_sync(
-                ready,
-                lambda status: status == 200,
-                timeout_s=READY_WITHIN_S,
-                what="memstore up's /ready to answer 200",
-                interval_s=0.25,
-                ignore=(httpx.HTTPError,),
-            )
+            took = ready_within(port, proc, log_path, READY_WITHIN_S)
         except AssertionError as exc:
-            raise RuntimeError(f"{exc}:\n{_tail(log_path)}") from None
-        say(f"memstore up ready at {base} in {time.monotonic() - started:.1f} s")
+            raise RuntimeError(f"memstore up: {exc}") from None
+        say(f"memstore up ready at {base} in {took:.1f} s")
         yield base, workdir / "data"
     finally:
         _stop(proc, say)
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _tail(path: Path) -> str:
-    return path.read_text(errors="replace")[-4000:]
 
 
 def _stop(proc: subprocess.Popen[bytes], say: Callable[[str], None]) -> None:

@@ -69,27 +69,39 @@ def start_up(
     )
 
 
-def wait_ready(port: int, proc: subprocess.Popen[bytes], log_path: Path) -> float:
-    """Until `/ready` answers 200 (at most READY_WITHIN_S); the seconds it took. A process that exits
-    meanwhile fails at once, with its log."""
+def ready_within(port: int, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float) -> float:
+    """Until `/ready` answers 200; the seconds it took. Past `timeout_s`, or as soon as the process
+    exits, an AssertionError with the end of its log."""
     started = time.monotonic()
 
     def ready() -> int:
-        assert proc.poll() is None, log_path.read_text()
-        return httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code
+        assert proc.poll() is None, f"exited ({proc.returncode}):\n{log_tail(log_path)}"
+        return httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code
 
     try:
         wait_for_sync(
             ready,
             lambda status: status == 200,
-            timeout_s=READY_WITHIN_S,
+            timeout_s=timeout_s,
             what="/ready to answer 200",
             interval_s=0.1,
             ignore=(httpx.HTTPError,),
         )
     except AssertionError as exc:
-        pytest.fail(f"{exc}:\n{log_path.read_text()}")
+        raise AssertionError(f"{exc}:\n{log_tail(log_path)}") from None
     return time.monotonic() - started
+
+
+def wait_ready(port: int, proc: subprocess.Popen[bytes], log_path: Path) -> float:
+    """`ready_within` READY_WITHIN_S, failing the test with the log otherwise."""
+    try:
+        return ready_within(port, proc, log_path, READY_WITHIN_S)
+    except AssertionError as exc:
+        pytest.fail(str(exc))
+
+
+def log_tail(path: Path) -> str:
+    return path.read_text(errors="replace")[-4000:]
 
 
 def admin_key(log_path: Path) -> str:
