@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -65,3 +66,4 @@ def cluster() -> Iterator[Cluster]:
         yield Cluster(owner_url, stack.service_url, redis_url, stack.cluster.coordinator, stack.cluster.nodes)
     finally:
         stack.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
