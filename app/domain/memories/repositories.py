@@ -4,6 +4,7 @@ Rows of `memories` and `memory_versions` are written by `version_writer` alone."
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from sqlalchemy import (
     ColumnElement,
     DateTime,
     Table,
+    TextClause,
     and_,
     any_,
     bindparam,
@@ -257,19 +259,29 @@ def effective_embedding(tenant_id: Any, memory_id: Any, version: Any) -> Any:
 # HNSW graph looking for this user's rows instead, which is slower, and a filtered graph walk can come
 # back empty, so a duplicate would go unnoticed. Vectors travel as text and are cast once each. An
 # expired memory is not one: what it said may be said again, and stored.
-# One statement per tenant, the tenant a value: on a Citus cluster a query of its shard alone (a lateral
-# join correlated to a tenant read from `unnest` cannot be pushed down).
-CLOSEST_ACTIVE = text(
+# Each tenant a branch naming it as a value, all in one statement: on a Citus cluster each branch is a
+# query of that tenant's shard alone (a lateral join correlated to a tenant read from `unnest` cannot be
+# pushed down), and one Postgres still answers a batch of several tenants in one round trip.
+_CLOSEST_BRANCH = (
     "SELECT q.ord, m.id, m.distance, m.content"
-    " FROM unnest(CAST(:p_user_ids AS text[]), CAST(CAST(:p_vectors AS text[]) AS vector[]),"
-    " CAST(:p_ords AS integer[])) AS q(user_id, v, ord)"
+    " FROM unnest(CAST(:u{i} AS text[]), CAST(CAST(:v{i} AS text[]) AS vector[]),"
+    " CAST(:o{i} AS integer[])) AS q(user_id, v, ord)"
     " CROSS JOIN LATERAL (SELECT memories.id, memories.content, memories.embedding <=> q.v AS distance"
     " FROM memories"
-    " WHERE memories.tenant_id = :p_tenant_id AND memories.user_id = q.user_id"
+    " WHERE memories.tenant_id = :t{i} AND memories.user_id = q.user_id"
     " AND memories.status = 'active' AND (memories.expires_at IS NULL OR memories.expires_at > now())"
-    " ORDER BY (memories.embedding <=> q.v) + 0 LIMIT :p_k) AS m"
-    " ORDER BY q.ord, m.distance"
+    " ORDER BY (memories.embedding <=> q.v) + 0 LIMIT :k) AS m"
 )
+
+
+@functools.cache
+def closest_active_statement(tenants: int) -> TextClause:
+    """The nearest active memories of a batch of `tenants` tenants' (user, vector) pairs, ordered by
+    the pair's place in the batch, then by distance (numbered names only in the text)."""
+    if tenants == 1:
+        return text(_CLOSEST_BRANCH.format(i=0) + " ORDER BY q.ord, m.distance")
+    branches = " UNION ALL ".join(f"({_CLOSEST_BRANCH.format(i=i)})" for i in range(tenants))
+    return text(f"SELECT ord, id, distance, content FROM ({branches}) AS found ORDER BY ord, distance")  # noqa: S608
 
 
 class MemoryRepository:
@@ -393,21 +405,24 @@ class MemoryRepository:
         self, items: Sequence[tuple[uuid.UUID, str, Sequence[float]]], k: int = 3
     ) -> list[list[tuple[uuid.UUID, float, str]]]:
         """For each (tenant, user, vector), that scope's `k` most similar active memories, nearest
-        first: id, cosine similarity and content (one query per tenant; see `CLOSEST_ACTIVE`)."""
+        first: id, cosine similarity and content (one query; see `closest_active_statement`)."""
         found: list[list[tuple[uuid.UUID, float, str]]] = [[] for _ in items]
+        if not items:
+            return found
         by_tenant: dict[uuid.UUID, list[int]] = {}
         for i, (tenant_id, _, _) in enumerate(items):
             by_tenant.setdefault(tenant_id, []).append(i)
-        for tenant_id, ords in by_tenant.items():
-            params = {
-                "p_tenant_id": tenant_id,
-                "p_user_ids": [items[i][1] for i in ords],
-                "p_vectors": [vector_text(items[i][2]) for i in ords],
-                "p_ords": ords,
-                "p_k": k,
+        params: dict[str, Any] = {"k": k}
+        for n, (tenant_id, ords) in enumerate(by_tenant.items()):
+            params |= {
+                f"t{n}": tenant_id,
+                f"u{n}": [items[i][1] for i in ords],
+                f"v{n}": [vector_text(items[i][2]) for i in ords],
+                f"o{n}": ords,
             }
-            for ord_, memory_id, distance, content in await self.session.execute(CLOSEST_ACTIVE, params):
-                found[ord_].append((memory_id, 1.0 - float(distance), content))
+        statement = closest_active_statement(len(by_tenant))
+        for ord_, memory_id, distance, content in await self.session.execute(statement, params):
+            found[ord_].append((memory_id, 1.0 - float(distance), content))
         return found
 
     async def lock_states(

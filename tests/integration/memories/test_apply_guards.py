@@ -5,12 +5,12 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import event, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.base import vector_text
 from app.db.models import Changeset, Memory
-from app.domain.memories.repositories import CLOSEST_ACTIVE, MemoryRepository
+from app.domain.memories.repositories import MemoryRepository, closest_active_statement
 from app.domain.memories.services import ApplyLimits, Provenance, Shown, apply_ops
 from app.embeddings import HashingEmbedder
 from app.writers.base import Op, OpKind
@@ -216,24 +216,58 @@ async def test_duplicate_check_is_exact_even_when_other_users_crowd_the_vector_i
     await _apply(sessionmaker, tenant, [Op(OpKind.ADD, "The user plays the cello on Sundays.")])
     own = await _memory(sessionmaker, "The user plays the cello on Sundays.")
     [vector] = await EMBEDDER.embed([crowded])
-    params = {
-        "p_tenant_id": tenant.tenant_id,
-        "p_user_ids": ["u"],
-        "p_vectors": [vector_text(vector)],
-        "p_ords": [0],
-        "p_k": 3,
-    }
+    params = {"t0": tenant.tenant_id, "u0": ["u"], "v0": [vector_text(vector)], "o0": [0], "k": 3}
     async with sessionmaker() as session, session.begin():
         # Make an index that returns rows already in distance order look cheapest, as a planner with
         # a large table may well judge it.
         await session.execute(text("SET LOCAL enable_seqscan = off"))
         await session.execute(text("SET LOCAL enable_sort = off"))
-        explain = text(f"EXPLAIN {CLOSEST_ACTIVE.text}")
+        explain = text(f"EXPLAIN {closest_active_statement(1).text}")
         plan = "\n".join((await session.execute(explain, params)).scalars())
         [found] = await MemoryRepository(session).closest_active([(tenant.tenant_id, "u", vector)])
     assert "ix_memories_embedding_hnsw" not in plan
     assert found
     assert found[0][0] == own.id
+
+
+async def test_a_batch_of_several_tenants_finds_each_ones_own_nearest_in_one_statement(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    engine: AsyncEngine,
+    tenant: TenantKeys,
+    other_tenant: TenantKeys,
+) -> None:
+    """The apply's near-duplicate probe for a group commit of two tenants: one statement, and each
+    (tenant, user, vector) gets its own scope's memories, in the batch's order, nearest first."""
+    await _apply(
+        sessionmaker,
+        tenant,
+        [Op(OpKind.ADD, "The user plays the cello."), Op(OpKind.ADD, "The user likes tea.")],
+    )
+    await _apply(sessionmaker, other_tenant, [Op(OpKind.ADD, "The user plays the cello on Sundays.")])
+    cello, tea = await EMBEDDER.embed(["The user plays the cello.", "The user likes tea."])
+    items = [
+        (other_tenant.tenant_id, "u", cello),
+        (tenant.tenant_id, "u", tea),
+        (tenant.tenant_id, "u", cello),
+    ]
+    statements: list[str] = []
+
+    def count(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if "memories.embedding <=>" in statement:
+            statements.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    try:
+        async with sessionmaker() as session, session.begin():
+            found = await MemoryRepository(session).closest_active(items)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", count)
+    assert len(statements) == 1
+    contents = [[content for _, _, content in nearest] for nearest in found]
+    assert contents[0] == ["The user plays the cello on Sundays."]  # the other tenant's only
+    assert contents[1][0] == "The user likes tea."
+    assert contents[2][0] == "The user plays the cello."
+    assert set(contents[1]) == set(contents[2]) == {"The user likes tea.", "The user plays the cello."}
 
 
 async def test_near_duplicates_by_meaning_merge_but_opposites_never_do(
