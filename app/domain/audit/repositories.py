@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
@@ -39,6 +40,12 @@ _INSERT_EVENTS = text(
     RETURNING id
     """
 )
+# A purge's event, written by the tables' owner as the purge's deletions are (migration 0022).
+_RECORD_PURGE = text(
+    """SELECT memstore_record_purge(CAST(:tenant_id AS uuid), CAST(:user_id AS text), CAST(:actor AS text),
+                                    CAST(:request_id AS text), CAST(:deleted AS jsonb),
+                                    CAST(:created_at AS timestamptz))"""
+)
 
 
 class AuditRepository:
@@ -49,6 +56,31 @@ class AuditRepository:
         """Unsealed events (`audit.services.event_row`), in one statement of one text however many."""
         if rows:
             await self.session.execute(_INSERT_EVENTS, as_columns(rows, _EVENT_COLUMNS, json=("summary",)))
+
+    async def insert_purge(
+        self,
+        tenant_id: uuid.UUID,
+        user_id: str,
+        *,
+        actor: str,
+        request_id: str | None,
+        deleted: dict[str, int],
+        created_at: datetime,
+    ) -> None:
+        """A purge's event (`user.purged`, unsealed), inserted as the tables' owner through
+        `memstore_record_purge` (migration 0022), as the purge deleted: a Citus cluster refuses a
+        second user on the shards the first modified in a transaction."""
+        await self.session.execute(
+            _RECORD_PURGE,
+            {
+                "tenant_id": tenant_id,
+                "user_id": user_id,
+                "actor": actor,
+                "request_id": request_id,
+                "deleted": json.dumps(deleted),
+                "created_at": created_at,
+            },
+        )
 
     async def lock_head(self, tenant_id: uuid.UUID) -> AuditHead:
         """The tenant's chain head, row-locked until the transaction ends (sealers are serialised)."""

@@ -76,6 +76,27 @@ async def record_event(
     await AuditRepository(session).insert_many([row])
 
 
+async def record_purge(
+    session: AsyncSession,
+    *,
+    tenant_id: uuid.UUID,
+    user_id: str,
+    deleted: dict[str, int],
+    who: Actor,
+) -> None:
+    """A purge's event (`user.purged`, the rows deleted per kind, no content), in the purge's
+    transaction: the row `record_event` would add, written by the tables' owner as the purge's
+    deletions are (`AuditRepository.insert_purge`)."""
+    await AuditRepository(session).insert_purge(
+        tenant_id,
+        user_id,
+        actor=who.actor,
+        request_id=who.request_id,
+        deleted=deleted,
+        created_at=datetime.now(UTC),
+    )
+
+
 async def seal_chain(session: AsyncSession, tenant_id: uuid.UUID, limit: int = 5000) -> int:
     """Link up to `limit` unsealed events of a tenant into its chain; returns how many were sealed."""
     repo = AuditRepository(session)

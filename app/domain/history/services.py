@@ -30,7 +30,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Changeset
-from app.domain.audit.services import Actor, record_event
+from app.domain.audit.services import Actor, record_event, record_purge
 from app.domain.history.repositories import HistoryRepository
 from app.domain.memories.repositories import ChangesetRepository, VersionState
 from app.domain.memories.services import get_memory
@@ -496,16 +496,8 @@ async def purge_user(
             counts[kind] = counts.get(kind, 0) + count
     if dry_run:
         return counts
-    await record_event(
-        session,
-        tenant_id=tenant_id,
-        actor=who.actor,
-        action="user.purged",
-        target_type="user",
-        target_id=user_id,
-        request_id=who.request_id,
-        summary={"deleted": counts},
-    )
+    # Written as the tables' owner, as the purge deleted (a Citus cluster wants one user on them).
+    await record_purge(session, tenant_id=tenant_id, user_id=user_id, deleted=counts, who=who)
     return counts
 
 

@@ -43,6 +43,7 @@ CROSS_TENANT_FUNCTIONS = {
     "memstore_index_graph": "UPDATEs the graph tail of one tenant (or of one of its users) per call",
     "memstore_graph_tails": "reads graph_scopes and the graph tail of memories of every tenant (the indexer)",
     "memstore_purge_user": "deletes one user of one tenant: one tenant per call",
+    "memstore_record_purge": "inserts the audit event of a purge of one tenant's user: one tenant per call",
     "memstore_key_tenant": "reads api_keys by key hash (a reference table)",
     "memstore_visible_tenants": "reads tenants (a reference table)",
     "memstore_stranded_scopes": "reads chunks of every tenant (the sweeper)",

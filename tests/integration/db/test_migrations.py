@@ -62,4 +62,4 @@ async def test_upgrade_downgrade_upgrade_and_check(servers: Servers) -> None:
 
 
 def test_single_head() -> None:
-    assert migrate.head_revision() == "0021"
+    assert migrate.head_revision() == "0022"
