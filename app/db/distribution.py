@@ -24,7 +24,10 @@ calls the function directly before the table is distributed: the same rows, the 
 where Postgres chooses (once per index scan as a runtime key, per row in a filter).
 
 Each step is skipped when done, so a second run changes nothing. The tables are distributed in one
-transaction, parents first (foreign keys): Citus moves each table's rows to its shards as it goes.
+transaction, parents first (foreign keys): Citus moves each table's rows to its shards as it goes. A
+bank restored into the coordinator (a move from one Postgres: docs/operations.md, "Moving a bank onto a
+cluster") is moved with it, and the coordinator's own copy of its rows emptied in the same transaction.
+`dry_run` says what would be done, rows included, and changes nothing.
 """
 
 from __future__ import annotations
@@ -155,6 +158,15 @@ async def describe(conn: AsyncConnection) -> Distribution:
     )
 
 
+# A worker's group is its own; the coordinator's is 0.
+_IS_COORDINATOR = text("SELECT groupid = 0 FROM pg_dist_local_group")
+
+
+async def _count(conn: AsyncConnection, table: str) -> int:
+    """The rows of one of the schema's tables (a name from the catalog, not user input)."""
+    return int(await conn.scalar(text(f"SELECT count(*) FROM {table}")) or 0)  # noqa: S608
+
+
 _HAS_DISTRIBUTED = text("SELECT EXISTS (SELECT FROM pg_dist_partition WHERE partmethod = 'h')")
 
 
@@ -167,20 +179,24 @@ async def is_distributed(engine: AsyncEngine) -> bool:
         return bool(await conn.scalar(_HAS_DISTRIBUTED))
 
 
-async def _set_database_settings(conn: AsyncConnection) -> list[str]:
-    """`DATABASE_SETTINGS` for the sessions to come, and this one; the settings changed."""
+async def _set_database_settings(conn: AsyncConnection, *, apply: bool = True) -> list[str]:
+    """`DATABASE_SETTINGS` for the sessions to come, and this one; the settings changed (or, without
+    `apply`, those that would be)."""
     done: list[str] = []
     database = await conn.scalar(text("SELECT current_database()"))
     for name, value in DATABASE_SETTINGS.items():
         if await conn.scalar(_DATABASE_SETTING, {"name": name}) != value:
-            # Our own constants: names and values are not user input.
-            await conn.execute(text(f"ALTER DATABASE \"{database}\" SET {name} = '{value}'"))
+            if apply:
+                # Our own constants: names and values are not user input.
+                await conn.execute(text(f"ALTER DATABASE \"{database}\" SET {name} = '{value}'"))
             done.append(f"database {database}: {name} = '{value}'")
-        await conn.execute(text(f"SET {name} = '{value}'"))
+        if apply:
+            await conn.execute(text(f"SET {name} = '{value}'"))
     for name, value in ROLE_SETTINGS.items():
         if await conn.scalar(_ROLE_SETTING, {"role": SERVICE_ROLE, "name": name}) != value:
-            # Citus passes ALTER ROLE … SET on to the workers.
-            await conn.execute(text(f"ALTER ROLE {SERVICE_ROLE} SET {name} = '{value}'"))
+            if apply:
+                # Citus passes ALTER ROLE … SET on to the workers.
+                await conn.execute(text(f"ALTER ROLE {SERVICE_ROLE} SET {name} = '{value}'"))
             done.append(f"role {SERVICE_ROLE}: {name} = '{value}'")
     return done
 
@@ -203,20 +219,77 @@ def _parents_first(tables: dict[str, list[str]]) -> list[str]:
     return ordered
 
 
-async def distribute(conn: AsyncConnection) -> list[str]:
-    """Distribute the schema on the Citus cluster `conn` is the coordinator of, as the tables' owner;
-    what was done, one line a step (empty when it already was). `conn` is in autocommit."""
-    version = await conn.scalar(_CITUS)
-    if version is None:
+# A table's own triggers that fire on TRUNCATE (`tgtype` bit 5): the append-only tables' guards.
+_TRUNCATE_TRIGGERS = text(
+    "SELECT tgname FROM pg_trigger WHERE tgrelid = CAST(:t AS regclass) AND NOT tgisinternal"
+    " AND (tgtype & 32) <> 0 ORDER BY tgname"
+)
+
+
+async def _empty_local_copies(conn: AsyncConnection, tables: list[str], emptied: list[str]) -> None:
+    """Empty the coordinator's own copies of `emptied`, of the `tables` Citus has just copied into their
+    shards.
+
+    `create_distributed_table` and `create_reference_table` leave the rows they copied in the
+    coordinator's table, unseen by any query but on its disk: a second copy of the bank, which a purge
+    would never reach. Citus's `truncate_local_data_after_distributing_table` empties one, and those
+    whose foreign keys point to it with it (a reference table's, every table's). The triggers that forbid
+    TRUNCATE (history is append-only) are set aside on the coordinator's copies alone for it (DDL not
+    passed on to the shards), in the distribution's transaction: no other session sees them off."""
+    triggers = [
+        (table, trigger)
+        for table in tables
+        for trigger in (await conn.execute(_TRUNCATE_TRIGGERS, {"t": table})).scalars()
+    ]
+    await conn.execute(text("SET LOCAL citus.enable_ddl_propagation = off"))
+    for table, trigger in triggers:
+        await conn.execute(text(f'ALTER TABLE {table} DISABLE TRIGGER "{trigger}"'))
+    for table in emptied:
+        await conn.execute(
+            text("SELECT truncate_local_data_after_distributing_table(CAST(:t AS regclass))"), {"t": table}
+        )
+    for table, trigger in triggers:
+        await conn.execute(text(f'ALTER TABLE {table} ENABLE TRIGGER "{trigger}"'))
+    await conn.execute(text("SET LOCAL citus.enable_ddl_propagation = on"))
+
+
+async def _check_coordinator(conn: AsyncConnection) -> None:
+    """Refuse (`DistributionError`) unless `conn` is a Citus coordinator with an active worker."""
+    if await conn.scalar(_CITUS) is None:
         msg = (
             "this Postgres has no Citus (no `citus` extension in this database): distribute on a Citus "
             "coordinator, e.g. `memstore up --citus-workers 2` after `make citus`"
         )
         raise DistributionError(msg)
+    if not await conn.scalar(_IS_COORDINATOR):
+        msg = "this is a Citus worker, not the coordinator: distribute on the coordinator"
+        raise DistributionError(msg)
     if not int(await conn.scalar(_WORKERS) or 0):
         msg = "the Citus coordinator has no active worker: add them first (citus_add_node)"
         raise DistributionError(msg)
-    done = await _set_database_settings(conn)
+
+
+async def _plan(conn: AsyncConnection, references: list[str], tables: list[str]) -> list[str]:
+    """What `distribute` would do with the policies and these tables, and the rows each would move."""
+    policies = (await conn.execute(_SUBQUERY_POLICIES, {"policy": POLICY})).scalars()
+    plan = [f"{table}: policy {POLICY} without its subquery" for table in policies]
+    for table in references:
+        plan.append(f"{table}: reference table, {await _count(conn, table)} rows copied to every node")
+    for table in tables:
+        plan.append(
+            f"{table}: distributed by {DISTRIBUTION_COLUMN}, co-located with {COLOCATE_WITH}, "
+            f"{await _count(conn, table)} rows moved into its shards"
+        )
+    return plan
+
+
+async def distribute(conn: AsyncConnection, *, dry_run: bool = False) -> list[str]:
+    """Distribute the schema on the Citus cluster `conn` is the coordinator of, as the tables' owner;
+    what was done, one line a step (empty when it already was). `conn` is in autocommit. With `dry_run`,
+    what would be done, changing nothing: the same checks, the steps, and the rows each table would
+    move (a bank restored into the coordinator)."""
+    await _check_coordinator(conn)
+    done = await _set_database_settings(conn, apply=not dry_run)
     kinds = {r.name: r.kind for r in await conn.execute(_CITUS_TABLES)}
     tenant_tables = {
         r.name: list(r.parents)
@@ -232,6 +305,8 @@ async def distribute(conn: AsyncConnection) -> list[str]:
     tables = [t for t in order if kinds.get(t) != "distributed"]
     if not references and not tables:
         return done
+    if dry_run:
+        return done + await _plan(conn, references, tables)
     # One transaction: all of it or none. Its statements one connection per node after the other
     # (`sequential`): a table's rows copied to its shards in parallel could not be read by the next
     # step of the same transaction.
@@ -248,6 +323,8 @@ async def distribute(conn: AsyncConnection) -> list[str]:
         keys = (await conn.execute(_KEYS_TO, {"tables": tables, "to": list(REFERENCE_TABLES)})).all()
         for key in keys:
             await conn.execute(text(f'ALTER TABLE {key.table} DROP CONSTRAINT "{key.name}"'))
+        # The rows already there (a bank restored into the coordinator), counted before Citus copies them.
+        rows = {t: await _count(conn, t) for t in (*references, *tables)}
         for table in references:
             await conn.execute(text("SELECT create_reference_table(:t)"), {"t": table})
             done.append(f"{table}: reference table")
@@ -260,6 +337,16 @@ async def distribute(conn: AsyncConnection) -> list[str]:
             done.append(f"{table}: distributed by {DISTRIBUTION_COLUMN}, co-located with {COLOCATE_WITH}")
         for key in keys:
             await conn.execute(text(f'ALTER TABLE {key.table} ADD CONSTRAINT "{key.name}" {key.definition}'))
+        # Children first: a table's copy is emptied before those its foreign keys point to.
+        made = [*references, *tables]
+        moved = [t for t in reversed(made) if rows[t]]
+        if moved:
+            await _empty_local_copies(conn, made, moved)
+        done += [
+            f"{t}: {rows[t]} rows {'copied to every node' if t in references else 'moved into its shards'}, "
+            "the coordinator's own copy emptied"
+            for t in moved
+        ]
         await conn.execute(text("COMMIT"))
     except BaseException:
         await conn.execute(text("ROLLBACK"))
