@@ -26,10 +26,12 @@ from app.domain.pipeline.scheduler import FairScheduler
 from app.domain.pipeline.services import PipelineDeps
 from app.domain.pipeline.wakeups import SCOPE_JOB
 from app.domain.search.graph import keep_indexing
+from app.domain.search.jobs import switch_embedder_job
+from app.domain.search.tenant_embedder import SWITCH_JOB
 from app.domain.shadows.services import LiveFeeder
 from app.domain.system.services import WorkerBeat, beat, forget
 from app.domain.webhooks.jobs import DELIVER_JOB, deliver_webhooks_job
-from app.embeddings import embedder_from_settings
+from app.embeddings import Embedders
 from app.lib import lexical, metrics, tracing
 from app.lib.logging import configure_logging
 from app.lib.queue import QUEUE_NAME, redis_settings
@@ -46,6 +48,7 @@ _JOB_NAMES = {
     seal_audit_job.__name__: "seal_audit",
     sweep_job.__name__: "sweep",
     deliver_webhooks_job.__name__: DELIVER_JOB,
+    switch_embedder_job.__name__: SWITCH_JOB,
 }
 
 
@@ -74,11 +77,13 @@ async def startup(ctx: WorkerContext) -> None:
     await warn_if_bypassing_row_security(ctx["engine"])
     ctx["worker_name"] = worker_name()
     await asyncio.to_thread(lexical.load)  # before the first job: every memory written is analysed
+    embedders = Embedders(_one_thread_a_run(settings))
     ctx["pipeline"] = PipelineDeps(
         engine=ctx["engine"],
         settings=settings,
         writers=WriterRegistry(settings),
-        embedder=embedder_from_settings(_one_thread_a_run(settings)),
+        embedder=embedders.default,
+        embedders=embedders,
         worker_name=ctx["worker_name"],
         feeder=LiveFeeder(ctx["engine"]),
         announcer=ChunkAnnouncer(ctx["redis"]),
@@ -160,6 +165,7 @@ _HEARTBEAT = cast("WorkerCoroutine", heartbeat)
 _SEAL_AUDIT = cast("WorkerCoroutine", seal_audit_job)
 _SWEEP = cast("WorkerCoroutine", sweep_job)
 _DELIVER_WEBHOOKS = cast("WorkerCoroutine", deliver_webhooks_job)
+_SWITCH_EMBEDDER = cast("WorkerCoroutine", switch_embedder_job)
 
 
 def worker_options(settings: Settings) -> dict[str, Any]:
@@ -170,6 +176,9 @@ def worker_options(settings: Settings) -> dict[str, Any]:
         "functions": [
             # Retries come from Postgres state (attempts, backoff); Retry only covers database outages.
             func(_SCOPE_JOB, name=SCOPE_JOB, max_tries=1000, keep_result=0),
+            # A slice of a tenant's move to another embedder (`search.jobs`): a worker that dies in it
+            # leaves the job to arq, which runs it again; the move resumes from its cursor.
+            func(_SWITCH_EMBEDDER, name=SWITCH_JOB, max_tries=1000, timeout=600, keep_result=0),
         ],
         "cron_jobs": [
             cron(_HEARTBEAT, second=set(range(0, 60, 10)), run_at_startup=False, unique=False, timeout=5),

@@ -359,15 +359,26 @@ def _in_one_transaction(data_dir: Path | None, work: Callable[[AsyncSession], Aw
 @tenants_cli.command("create")
 def tenants_create(
     name: Annotated[str, typer.Argument(help="Unique tenant name.")],
+    embedder: Annotated[
+        str | None,
+        typer.Option(help="Its own embedder, one of MEMSTORE_TENANT_EMBEDDERS (default: MEMSTORE_EMBEDDER)."),
+    ] = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Embedded data directory, when no URL is set.")
     ] = None,
 ) -> None:
     """Create a tenant and print its first admin key (shown once)."""
     from app.domain.accounts.services import create_tenant
+    from app.domain.search.tenant_embedder import allowed_embedders
+
+    settings = get_settings()
+    allowed = allowed_embedders(settings.embedder, settings.tenant_embedders)
+    if embedder is not None and embedder not in allowed:
+        raise typer.BadParameter(f"one of {', '.join(allowed)}", param_hint="--embedder")
+    own = None if embedder == settings.embedder else embedder
 
     async def create(session: AsyncSession) -> str:
-        tenant, secret = await create_tenant(session, name, actor="cli")
+        tenant, secret = await create_tenant(session, name, actor="cli", embedder=own)
         typer.echo(f"tenant {tenant.name} ({tenant.id})", err=True)
         return secret
 

@@ -10,6 +10,19 @@ class EmbedderSettings(BaseModel):
         "(multilingual-e5-small in-process, semantic, about 100 languages), hashing (lexical, "
         "dependency-free), openai (an /v1/embeddings endpoint), local (sentence-transformers extra).",
     )
+    tenant_embedders: list[str] = Field(
+        default=["onnx", "e5"],
+        description="The embedders a tenant may choose for itself (`embedder` in PATCH "
+        "/v1/admin/settings), besides the deployment's, as JSON: each process loads one when a tenant that "
+        "uses it first needs it. Each must make vectors of `embedding_dim`.",
+    )
+    embedder_switch_settle_s: float = Field(
+        default=35.0,
+        ge=0,
+        description="How long a tenant's move to another embedder waits before it re-embeds, so that every "
+        "process has read it (they keep tenants' options up to 30 s): lower only where no process runs "
+        "with an older copy.",
+    )
     embedding_dim: int = Field(
         default=384, description="Vector dimension of memories; fixed by the initial migration."
     )

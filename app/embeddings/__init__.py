@@ -16,6 +16,7 @@ __all__ = [
     "CoalescedEmbedder",
     "Embedder",
     "EmbedderCounts",
+    "Embedders",
     "HashingEmbedder",
     "embed_queries",
     "embedder_counts",
@@ -29,6 +30,39 @@ def embedder_from_settings(settings: Settings, name: str | None = None) -> Coale
     """The embedder named `name` (default `MEMSTORE_EMBEDDER`) configured from `MEMSTORE_EMBEDDER_*`,
     with its cache and shared model runs."""
     return CoalescedEmbedder(model_from_settings(settings, name), cache_size=settings.embedder_cache_size)
+
+
+class Embedders:
+    """A process's embedders by name (`EMBEDDERS`): the deployment's (`MEMSTORE_EMBEDDER`) and those its
+    tenants chose (`embedder` in the tenant settings), each built once, when first asked for, so a
+    process loads a model only when a tenant that uses it needs it."""
+
+    def __init__(self, settings: Settings, default: Embedder | None = None) -> None:
+        self.settings = settings
+        self._built: dict[str, Embedder] = {}
+        if default is not None:
+            self._built[settings.embedder] = default
+
+    @property
+    def default(self) -> Embedder:
+        """The deployment's embedder."""
+        return self.get(None)
+
+    def get(self, name: str | None) -> Embedder:
+        """The embedder `name` (None: the deployment's), built on first use."""
+        key = name or self.settings.embedder
+        built = self._built.get(key)
+        if built is None:
+            built = self._built[key] = embedder_from_settings(self.settings, key)
+        return built
+
+    def loaded(self) -> tuple[str, ...]:
+        """The embedders built so far, by name."""
+        return tuple(self._built)
+
+    async def aclose(self) -> None:
+        for embedder in self._built.values():
+            await embedder.aclose()
 
 
 async def embed_queries(embedder: Embedder, texts: list[str]) -> list[list[float]]:

@@ -24,10 +24,11 @@ from litestar._kwargs.dependencies import resolve_dependency
 from litestar._kwargs.kwargs_model import KwargsModel
 from litestar.connection import ASGIConnection
 from litestar.datastructures import State
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.accounts.services import Caller, Principal
+from app.embeddings import Embedder
 from app.server.lifespan import app_services
 
 
@@ -55,14 +56,13 @@ def _service(name: str) -> Provide:
     return Provide(provide, sync_to_thread=False)
 
 
-# The app's services a handler may name: `AppServices`' fields, and the configured embedder (the one
-# new and edited memories are embedded with). `reader` is None when no read model is configured.
+# The app's services a handler may name: `AppServices`' fields (and `embedder`, the caller's tenant's:
+# `provide_embedder`). `reader` is None when no read model is configured.
 SERVICES = (
     "settings",
     "engine",
     "sessionmaker",
     "searcher",
-    "embedder",
     "job_queue",
     "writers",
     "ingest_batcher",
@@ -71,9 +71,19 @@ SERVICES = (
     "finished_chunks",
 )
 
+
+async def provide_embedder(
+    state: State, caller: NamedDependency[Caller], db_session: NamedDependency[AsyncSession]
+) -> Embedder:
+    """The caller's tenant's embedder (`Searcher.tenant_embedder`), which its new and edited memories
+    are embedded with."""
+    return await app_services(state).searcher.tenant_embedder(db_session, caller.tenant_id)
+
+
 DEPENDENCIES: dict[str, Provide] = {
     "db_session": Provide(provide_db_session),
     "caller": Provide(provide_caller, sync_to_thread=False),
+    "embedder": Provide(provide_embedder),
     **{name: _service(name) for name in SERVICES},
 }
 

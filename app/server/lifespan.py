@@ -91,7 +91,7 @@ class AppServices:
 
     @property
     def embedder(self) -> Embedder:
-        """The configured embedder (the searcher's)."""
+        """The deployment's embedder (the searcher's default; a tenant may have its own)."""
         return self.searcher.embedder
 
     async def aclose(self) -> None:
@@ -100,7 +100,8 @@ class AppServices:
         await self.key_events.aclose()
         await self.finished_chunks.aclose()
         await self.job_queue.close()
-        await self.searcher.embedder.aclose()
+        assert self.searcher.embedders is not None
+        await self.searcher.embedders.aclose()
         if self.reader is not None:
             await self.reader.aclose()
         await self.writers.aclose()

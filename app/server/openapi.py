@@ -49,6 +49,7 @@ from litestar.typing import FieldDefinition
 import app
 from app.config import Settings
 from app.domain.accounts.auth import PUBLIC_PATHS
+from app.domain.search.tenant_embedder import allowed_embedders
 from app.lib.errors import (
     ApiError,
     Forbidden,
@@ -156,6 +157,7 @@ def deployment_facts(settings: Settings) -> dict[str, dict[str, Any]]:
         "named_writers": {"enum": [n for n in names if n != DEFAULT_WRITER]},  # not the `default` alias
         "max_top_k": {"maximum": settings.search_max_top_k},
         "max_write_weight": {"maximum": settings.tenant_write_weight_max},
+        "tenant_embedders": {"enum": list(allowed_embedders(settings.embedder, settings.tenant_embedders))},
     }
     if settings.rate_limit_per_s > 0:
         facts["max_rate_limit_per_s"] = {"maximum": settings.rate_limit_per_s}

@@ -125,10 +125,13 @@ def _reset_limits() -> None:
 
 
 def _server_env(admin_key: str, reader_url: str, reader_model: str) -> dict[str, str]:
-    """Settings beside the defaults: the admin key chosen, the light embedder, the fake read model."""
+    """Settings beside the defaults: the admin key chosen, the light embedder (for every tenant: a
+    tenant's move to another embedder is a test of its own, tests/integration/search), the fake read
+    model."""
     return {
         "MEMSTORE_ADMIN_KEY": admin_key,
         "MEMSTORE_EMBEDDER": "hashing",
+        "MEMSTORE_TENANT_EMBEDDERS": "[]",
         "MEMSTORE_READER_BASE_URL": reader_url,
         "MEMSTORE_READER_MODEL": reader_model,
         "MEMSTORE_LOG_LEVEL": "WARNING",

@@ -7,7 +7,7 @@ import uuid
 
 import msgspec
 from litestar import Controller, Response, delete, get, patch, post
-from litestar.background_tasks import BackgroundTask
+from litestar.background_tasks import BackgroundTask, BackgroundTasks
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
@@ -28,6 +28,7 @@ from app.domain.accounts.schemas import (
 )
 from app.domain.accounts.services import Caller
 from app.domain.pipeline.scheduler import SHARES, Shares, configure
+from app.domain.search.tenant_embedder import allowed_embedders, ask_switch, enqueue_switch
 from app.lib.errors import InvalidField, KeyExists, KeyRevoked, NotFoundError, error_responses
 from app.lib.queue import JobQueue
 from app.writers.registry import WriterRegistry
@@ -146,6 +147,30 @@ def _created(events: KeyEvents, key: ApiKey, secret: str) -> Response[CreatedKey
     return Response(body, status_code=HTTP_201_CREATED, background=welcome)
 
 
+# The options stored as given (the others are checked against the deployment's first).
+_AS_GIVEN = ("writer", "shadow_writers", "destructive_ops", "destructive_kinds")
+
+
+async def _ask_embedder(session: AsyncSession, caller: Caller, settings: Settings, name: str | None) -> bool:
+    """Move the tenant to embedder `name` (None: the deployment's), one of those a tenant may have;
+    whether a move is under way now."""
+    to = name or settings.embedder
+    allowed = allowed_embedders(settings.embedder, settings.tenant_embedders)
+    if to not in allowed:
+        raise InvalidField(
+            f"Unknown embedder {to!r} (this deployment's: {', '.join(allowed)}).",
+            details={"field": "embedder", "allowed": list(allowed)},
+        )
+    return await ask_switch(
+        session,
+        caller.tenant_id,
+        to,
+        default=settings.embedder,
+        actor=caller.actor,
+        request_id=caller.request_id,
+    )
+
+
 class TenantSettingsController(Controller):
     path = "/v1/admin/settings"
     tags = ["admin"]
@@ -160,7 +185,7 @@ class TenantSettingsController(Controller):
 
     @patch(
         "/",
-        summary="Set the tenant's writers, destructive-ops policy, limits and writer share (null: default)",
+        summary="Set the tenant's writers, embedder, destructive-ops policy, limits, share (null: default)",
         responses=error_responses(InvalidField),
     )
     async def update_settings(
@@ -173,14 +198,9 @@ class TenantSettingsController(Controller):
         job_queue: NamedDependency[JobQueue],
     ) -> Response[TenantSettings]:
         changes: dict[str, object] = {}
-        if data.writer is not msgspec.UNSET:
-            changes["writer"] = data.writer
-        if data.shadow_writers is not msgspec.UNSET:
-            changes["shadow_writers"] = data.shadow_writers
-        if data.destructive_ops is not msgspec.UNSET:
-            changes["destructive_ops"] = data.destructive_ops
-        if data.destructive_kinds is not msgspec.UNSET:
-            changes["destructive_kinds"] = data.destructive_kinds
+        for name in (*_AS_GIVEN, "max_writer_concurrency", "daily_token_budget"):
+            if (value := getattr(data, name)) is not msgspec.UNSET:
+                changes[name] = value
         for field, most in (
             ("rate_limit_per_s", settings.rate_limit_per_s),
             ("rate_limit_burst", settings.rate_limit_burst),
@@ -202,9 +222,9 @@ class TenantSettingsController(Controller):
                     details={"field": "write_weight", "most": most},
                 )
             changes["write_weight"] = data.write_weight
-        for name in ("max_writer_concurrency", "daily_token_budget"):
-            if (value := getattr(data, name)) is not msgspec.UNSET:
-                changes[name] = value
+        switching = data.embedder is not msgspec.UNSET and await _ask_embedder(
+            db_session, caller, settings, data.embedder
+        )
         tenant = await services.set_tenant_options(
             db_session,
             tenant_id=caller.tenant_id,
@@ -214,12 +234,14 @@ class TenantSettingsController(Controller):
             request_id=caller.request_id,
         )
         out = TenantSettings.of(tenant)
-        if not changes.keys() & set(SHARES):
-            return Response(out)
-        # After the commit, the scheduler holds the new shares (a raised budget unpauses the tenant).
-        shares = Shares(
-            weight=out.write_weight,
-            cap=out.max_writer_concurrency or 0,
-            budgeted=out.daily_token_budget is not None,
-        )
-        return Response(out, background=BackgroundTask(configure, job_queue.redis, tenant.id, shares))
+        after: list[BackgroundTask] = []  # after the commit:
+        if switching:  # a worker re-embeds the tenant's memories
+            after.append(BackgroundTask(enqueue_switch, job_queue.redis, tenant.id))
+        if changes.keys() & set(SHARES):  # the scheduler holds the new shares (a raised budget unpauses)
+            shares = Shares(
+                weight=out.write_weight,
+                cap=out.max_writer_concurrency or 0,
+                budgeted=out.daily_token_budget is not None,
+            )
+            after.append(BackgroundTask(configure, job_queue.redis, tenant.id, shares))
+        return Response(out, background=BackgroundTasks(after) if after else None)

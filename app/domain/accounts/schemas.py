@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from app.db.models import Tenant
+from app.domain.search.tenant_embedder import TenantEmbedder
 
 Role = Literal["ingest", "read", "write", "admin"]
 
@@ -50,6 +51,11 @@ ShadowWriterName = Annotated[
 ]
 
 
+EmbedderName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=100, extra={"deployment": "tenant_embedders"})
+]
+
+
 class TenantSettings(msgspec.Struct):
     """A tenant's options: `writer` writes its chunks that name none; `shadow_writers` also write each
     chunk into shadow banks of their own (null: the deployment's `MEMSTORE_SHADOW_WRITERS`)."""
@@ -70,9 +76,14 @@ class TenantSettings(msgspec.Struct):
     write_weight: float = 1.0
     max_writer_concurrency: int | None = None
     daily_token_budget: int | None = None
+    # Its own embedder (null: the deployment's `MEMSTORE_EMBEDDER`), and the one its memories are being
+    # re-embedded with (null: none; meanwhile its searches answer 409 and its chunks wait).
+    embedder: str | None = None
+    embedder_switching_to: str | None = None
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantSettings:
+        choice = TenantEmbedder.of(tenant.settings)
         shadows = tenant.settings.get("shadow_writers")
         kinds = tenant.settings.get("destructive_kinds")
         return cls(
@@ -87,6 +98,8 @@ class TenantSettings(msgspec.Struct):
             write_weight=float(tenant.settings.get("write_weight") or 1.0),
             max_writer_concurrency=tenant.settings.get("max_writer_concurrency"),
             daily_token_budget=tenant.settings.get("daily_token_budget"),
+            embedder=choice.own,
+            embedder_switching_to=choice.switching_to,
         )
 
 
@@ -132,3 +145,6 @@ class TenantSettingsUpdate(msgspec.Struct, forbid_unknown_fields=True):
     daily_token_budget: Annotated[int, msgspec.Meta(ge=0, le=10**15)] | msgspec.UnsetType | None = (
         msgspec.UNSET
     )
+    # One of the deployment's embedders for tenants (`MEMSTORE_TENANT_EMBEDDERS`), or null for the
+    # deployment's: the tenant's memories are re-embedded with it, alone, before it is used.
+    embedder: EmbedderName | msgspec.UnsetType | None = msgspec.UNSET

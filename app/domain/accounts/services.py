@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import ApiKey, Tenant
 from app.domain.accounts.repositories import ApiKeyRepository, TenantRepository
 from app.domain.audit.services import Actor, record_event
+from app.domain.search.tenant_embedder import OWN as OWN_EMBEDDER
 from app.lib.errors import InvalidField, KeyExists, KeyRevoked, NotFoundError, TenantExists
 from app.lib.ratelimit import Limit
 from app.lib.security import ROLES, display_prefix, generate_api_key, has_role, hash_api_key
@@ -223,13 +224,20 @@ async def tenant_by_name(session: AsyncSession, name: str) -> Tenant:
 
 
 async def create_tenant(
-    session: AsyncSession, name: str, *, admin_key: str | None = None, actor: str = SYSTEM_ACTOR
+    session: AsyncSession,
+    name: str,
+    *,
+    admin_key: str | None = None,
+    actor: str = SYSTEM_ACTOR,
+    embedder: str | None = None,
 ) -> tuple[Tenant, str]:
-    """A new tenant and its first admin key (the given secret, or a generated one)."""
+    """A new tenant and its first admin key (the given secret, or a generated one); `embedder`: its own
+    embedder from the start (None: the deployment's), which the caller has checked is one a tenant
+    may have."""
     tenants = TenantRepository(session)
     if await tenants.get_by_name(name) is not None:
         raise TenantExists(f"A tenant named {name!r} already exists.")
-    tenant = await tenants.add(Tenant(name=name))
+    tenant = await tenants.add(Tenant(name=name, settings={OWN_EMBEDDER: embedder} if embedder else {}))
     await record_event(
         session,
         tenant_id=tenant.id,
@@ -237,7 +245,7 @@ async def create_tenant(
         action="tenant.created",
         target_type="tenant",
         target_id=str(tenant.id),
-        summary={"name": name},
+        summary={"name": name, **({"embedder": embedder} if embedder else {})},
     )
     _, secret = await create_api_key(
         session, tenant_id=tenant.id, name="admin", roles=["admin"], actor=actor, secret=admin_key

@@ -24,10 +24,16 @@ _m = MEMORIES.c
 _v = VERSIONS.c
 
 # Restorations whose text differs from the head's and whose stored vector was written before the last
-# `memstore reembed` finished (`embedding_config.changed_at`): that vector is another model's. Without
-# a re-embedding ever, the one-time filter on `changed_at` skips the whole query.
+# `memstore reembed` finished (`embedding_config.changed_at`) or the tenant's last move to another
+# embedder did (`embedder_changed_at` in its settings): that vector is another model's. Without a
+# re-embedding ever, the one-time filter on the later of the two skips the whole query.
 _STALE_VECTORS = text(
     """
+    WITH changed AS MATERIALIZED (
+        SELECT greatest((SELECT changed_at FROM embedding_config WHERE id = 1),
+                        (SELECT (settings ->> 'embedder_changed_at')::timestamptz FROM tenants
+                         WHERE id = :tenant_id)) AS changed_at
+    )
     SELECT p.memory_id, tv.content
     FROM unnest(:memory_ids, :source_versions) AS p(memory_id, source_version)
     JOIN memory_versions tv ON tv.memory_id = p.memory_id AND tv.version = p.source_version
@@ -39,8 +45,8 @@ _STALE_VECTORS = text(
         ORDER BY e.version DESC LIMIT 1
     ) written
     WHERE tv.tenant_id = :tenant_id AND tv.content <> m.content
-      AND (SELECT changed_at FROM embedding_config WHERE id = 1) IS NOT NULL
-      AND written.created_at < (SELECT changed_at FROM embedding_config WHERE id = 1)
+      AND (SELECT changed_at FROM changed) IS NOT NULL
+      AND written.created_at < (SELECT changed_at FROM changed)
     """
 ).bindparams(
     bindparam("memory_ids", type_=ARRAY(UUID(as_uuid=True))),

@@ -213,7 +213,7 @@ async def delete_memory(call: McpCall, args: DeleteMemoryArgs) -> MemoryOut | Me
             reason=args.reason,
             actor=caller.actor,
             request_id=caller.request_id,
-            embedder=call.services.embedder,
+            embedder=await call.services.searcher.tenant_embedder(session, caller.tenant_id),
         )
         return _written(caller, memory)
 

@@ -233,6 +233,8 @@ _TENANT_OPTIONS = select(
     Tenant.settings["write_weight"],
     Tenant.settings["max_writer_concurrency"],
     Tenant.settings["daily_token_budget"],
+    Tenant.settings["embedder"].astext,
+    Tenant.settings["embedder_switch"]["to"].astext,
 ).where(Tenant.id == bindparam("p_tenant_id"))
 
 # A writer changeset's tokens, and a chunk's failed attempts' (as migration 0019's tenant backlog).
@@ -271,6 +273,9 @@ class TenantOptions:
     write_weight: float = 1.0
     max_writer_concurrency: int | None = None
     daily_token_budget: int | None = None
+    # Its own embedder (None: the deployment's), and the one it is moving to (`search.tenant_embedder`).
+    embedder: str | None = None
+    embedder_switching_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -358,8 +363,10 @@ class PipelineRepository:
         row = (await self.session.execute(_TENANT_OPTIONS, {"p_tenant_id": tenant_id})).first()
         if row is None:
             return TenantOptions()
-        writer, shadows, since, shadow_of, destructive, kinds, weight, cap, budget = row
+        writer, shadows, since, shadow_of, destructive, kinds, weight, cap, budget, embedder, to = row
         return TenantOptions(
+            embedder=embedder or None,
+            embedder_switching_to=to or None,
             write_weight=float(weight) if isinstance(weight, int | float) else 1.0,
             max_writer_concurrency=int(cap) if isinstance(cap, int) else None,
             daily_token_budget=int(budget) if isinstance(budget, int) else None,

@@ -4,7 +4,8 @@
 after each batch, the last memory it finished, its tenant and id: memories are walked tenant by tenant
 (in the order of their ids), each in id order, and every statement reads or writes one tenant's rows
 (the schema distributes by tenant, docs/operations.md). A run started again with the same embedder
-continues from there; one with another embedder starts over. When the
+continues from there; one with another embedder starts over. Tenants with an embedder of their own
+(`search.tenant_embedder`) keep it and are passed over. When the
 walk ends the target becomes the recorded embedder. While a run is under way, searches with the
 target embedder are allowed (the bank is partly re-embedded); others are refused.
 
@@ -25,7 +26,7 @@ and an undo that brings an older text back embeds it again (`HistoryRepository.s
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Table, func, select, true, tuple_, update
@@ -33,7 +34,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import EmbeddingConfig, Memory, Tenant
-from app.domain.memories.version_writer import VersionWriter
+from app.domain.search.reembedding import next_batch, reembed_batch
+from app.domain.search.tenant_embedder import OWN, SWITCH
 from app.embeddings import Embedder
 
 MEMORIES: Table = Memory.__table__  # type: ignore[assignment]
@@ -98,18 +100,19 @@ async def reembed(
     batches = 0
     while max_batches is None or batches < max_batches:
         async with sessionmaker() as session:  # closed (its read transaction ended) before embedding
-            rows = await _next_batch(session, tenant_id, cursor, batch_size)
+            rows = await next_batch(session, tenant_id, cursor, batch_size)
             while not rows:  # the tenant is done: on to the next one that has memories
                 tenant_id = await session.scalar(
                     select(TENANTS.c.id)
                     .where(TENANTS.c.id > tenant_id if tenant_id is not None else true())
+                    .where(~TENANTS.c.settings.has_key(OWN), ~TENANTS.c.settings.has_key(SWITCH))
                     .order_by(TENANTS.c.id)
                     .limit(1)
                 )
                 cursor = None
                 if tenant_id is None:
                     break
-                rows = await _next_batch(session, tenant_id, cursor, batch_size)
+                rows = await next_batch(session, tenant_id, cursor, batch_size)
         if tenant_id is None:
             async with sessionmaker() as session, session.begin():
                 await session.execute(
@@ -126,7 +129,7 @@ async def reembed(
                 )
             return ReembedOutcome(embedder.name, previous, total, done, resumed_from, finished=True)
         cursor = next(reversed(rows))
-        await _reembed_batch(sessionmaker, embedder, tenant_id, rows, cursor)
+        await reembed_batch(sessionmaker, embedder, tenant_id, rows, _global_cursor(tenant_id, cursor))
         done += len(rows)
         batches += 1
         if progress:
@@ -134,48 +137,12 @@ async def reembed(
     return ReembedOutcome(embedder.name, previous, total, done, resumed_from, finished=False)
 
 
-async def _next_batch(
-    session: AsyncSession, tenant_id: uuid.UUID | None, after: uuid.UUID | None, size: int
-) -> dict[uuid.UUID, str]:
-    """The tenant's next `size` memories after memory `after` (from its first if None): their texts by
-    id, in id order."""
-    if tenant_id is None:
-        return {}
-    m = MEMORIES.c
-    stmt = select(m.id, m.content).where(m.tenant_id == tenant_id).order_by(m.id).limit(size)
-    if after is not None:
-        stmt = stmt.where(m.id > after)
-    return {row.id: row.content for row in await session.execute(stmt)}
+def _global_cursor(tenant_id: uuid.UUID, cursor: uuid.UUID) -> Callable[[AsyncSession], Awaitable[None]]:
+    async def move(session: AsyncSession) -> None:
+        await session.execute(
+            update(EmbeddingConfig)
+            .where(EmbeddingConfig.id == 1)
+            .values(cursor_tenant_id=tenant_id, cursor=cursor, updated_at=func.now())
+        )
 
-
-async def _reembed_batch(
-    sessionmaker: async_sessionmaker[AsyncSession],
-    embedder: Embedder,
-    tenant_id: uuid.UUID,
-    texts: dict[uuid.UUID, str],
-    cursor: uuid.UUID,
-) -> None:
-    """Embed a batch of the tenant's memories and store their vectors; the last transaction also
-    moves the run's cursor to (`tenant_id`, `cursor`). Memories whose text changed meanwhile are read
-    again and embedded again, until every memory of the batch has the vector of the text it holds (a
-    purged one drops out)."""
-    pending = texts
-    while pending:
-        vectors = await embedder.embed(list(pending.values()))
-        async with sessionmaker() as session, session.begin():
-            written = await VersionWriter(session).write_vectors(tenant_id, pending, vectors)
-            changed = [memory_id for memory_id in pending if memory_id not in written]
-            pending = {}
-            if changed:
-                rows = await session.execute(
-                    select(MEMORIES.c.id, MEMORIES.c.content).where(
-                        MEMORIES.c.tenant_id == tenant_id, MEMORIES.c.id.in_(changed)
-                    )
-                )
-                pending = {row.id: row.content for row in rows}
-            if not pending:
-                await session.execute(
-                    update(EmbeddingConfig)
-                    .where(EmbeddingConfig.id == 1)
-                    .values(cursor_tenant_id=tenant_id, cursor=cursor, updated_at=func.now())
-                )
+    return move

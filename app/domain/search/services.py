@@ -38,7 +38,8 @@ from app.db.models import EmbeddingConfig
 from app.domain.search.graph import want_graph
 from app.domain.search.repositories import Hit, SearchRepository, Source
 from app.domain.search.schemas import SearchMode
-from app.embeddings import Embedder, embed_queries
+from app.domain.search.tenant_embedder import EmbedderChoices, refuse_while_switching
+from app.embeddings import Embedder, Embedders, embed_queries
 from app.embeddings.base import chance_similarity
 from app.embeddings.openai import EmbeddingError
 from app.lib import tracing
@@ -108,7 +109,11 @@ class Searcher:
     """Search for one process: settings, the embedder, and what it learnt about the database."""
 
     settings: Settings
-    embedder: Embedder
+    embedder: Embedder  # the deployment's
+    # Every embedder this process has loaded, the deployment's and those tenants chose, and the tenants'
+    # choices (`search.tenant_embedder`).
+    embedders: Embedders | None = None
+    choices: EmbedderChoices = field(default_factory=EmbedderChoices)
     _iterative_scan: bool | None = None
     _embedder_checked_at: float | None = None  # monotonic time of the last good check
     # (tenant, user) -> (is the scope large, when that was read)
@@ -116,6 +121,30 @@ class Searcher:
     # Scopes (None: all users of the tenant) recorded as searched through the graph (`graph.want_graph`),
     # and when (monotonic clock)
     _graph_wanted: dict[tuple[uuid.UUID, str | None], float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.embedders is None:
+            self.embedders = Embedders(self.settings, default=self.embedder)
+
+    async def tenant_embedder(self, session: AsyncSession, tenant_id: uuid.UUID) -> Embedder:
+        """The embedder the tenant's new and edited memories are embedded with: its own, else the
+        deployment's; while it moves to another, that one (the move re-embeds what was written before)."""
+        choice = await self.choices.get(session, tenant_id)
+        name = choice.switching_to or choice.own
+        if name is None or name == self.settings.embedder:
+            return self.embedder
+        assert self.embedders is not None
+        return self.embedders.get(name)
+
+    async def embedder_for(self, session: AsyncSession, tenant_id: uuid.UUID) -> Embedder:
+        """The tenant's embedder for a search; refused while the tenant moves to another
+        (`embedder_mismatch`: its vectors are of two, and nothing may compare them). Where it is the
+        deployment's, the stored vectors are checked to be its (`check_embedder`)."""
+        refuse_while_switching(await self.choices.get(session, tenant_id))
+        embedder = await self.tenant_embedder(session, tenant_id)
+        if embedder is self.embedder:
+            await self.check_embedder(session)
+        return embedder
 
     @tracing.operation("search_memory", memory_operation="search_memory")
     async def search(self, session: AsyncSession, tenant_id: uuid.UUID, query: SearchQuery) -> list[Hit]:
@@ -130,9 +159,9 @@ class Searcher:
                 f"top_k is at most {self.settings.search_max_top_k}",
                 details={"top_k": f"at most {self.settings.search_max_top_k}"},
             )
-        await self.check_embedder(session)
+        embedder = await self.embedder_for(session, tenant_id)
         try:
-            [embedding] = await embed_queries(self.embedder, [query.query])
+            [embedding] = await embed_queries(embedder, [query.query])
         except EmbeddingError as exc:
             raise Unavailable(
                 "the embedding model is unavailable", details={"embedder": str(exc)[:200]}
@@ -142,7 +171,7 @@ class Searcher:
             await self._bound_history_read(session, tenant_id, query.as_of)
         elif user_id is None and query.valid_at is not None:
             await self._bound_tenant_read(session, tenant_id)
-        return await self._run(session, tenant_id, user_id, embedding, query)
+        return await self._run(session, tenant_id, user_id, embedding, query, embedder.name)
 
     async def _bound_history_read(self, session: AsyncSession, tenant_id: uuid.UUID, as_of: datetime) -> None:
         """A search over every user as of a time reads the tenant's history up to then: refused (422)
@@ -168,21 +197,31 @@ class Searcher:
             )
 
     async def writer_candidates(
-        self, session: AsyncSession, tenant_id: uuid.UUID, user_id: str, texts: Sequence[str], limit: int
+        self,
+        session: AsyncSession,
+        tenant_id: uuid.UUID,
+        user_id: str,
+        texts: Sequence[str],
+        limit: int,
+        embedder: Embedder | None = None,
     ) -> list[list[Hit]]:
-        """For each text, the scope's nearest active memories (vector ranking, no threshold)."""
+        """For each text, the scope's nearest active memories (vector ranking, no threshold), by the
+        tenant's embedder (`embedder`, when the caller has it)."""
         texts = [t for t in texts if t.strip()]
         if not texts:
             return []
-        await self.check_embedder(session)
-        embeddings = await self.embedder.embed(list(texts))
+        if embedder is None:
+            embedder = await self.embedder_for(session, tenant_id)
+        elif embedder is self.embedder:
+            await self.check_embedder(session)
+        embeddings = await embedder.embed(list(texts))
         repo = SearchRepository(session)
         if not await self._large_scope(repo, tenant_id, user_id):
             return await repo.nearest_in_scope(tenant_id, user_id, embeddings, limit)  # all in one statement
         found = []
         for text_, embedding in zip(texts, embeddings, strict=True):
             query = SearchQuery(text_, user_id, top_k=limit, threshold=None, mode="vector", time_boost=0.0)
-            found.append(await self._run(session, tenant_id, user_id, embedding, query))
+            found.append(await self._run(session, tenant_id, user_id, embedding, query, embedder.name))
         return found
 
     async def _run(
@@ -192,6 +231,7 @@ class Searcher:
         user_id: str | None,
         embedding: list[float],
         query: SearchQuery,
+        embedder: str,
     ) -> list[Hit]:
         repo = SearchRepository(session)
         source: Source
@@ -210,11 +250,11 @@ class Searcher:
                 max(self.settings.search_ef_search, self.settings.search_pool, query.top_k),
                 iterative=await self._has_iterative_scan(repo),
             )
-        hits = await self._fetch(repo, source, tenant_id, user_id, embedding, vector, query)
+        hits = await self._fetch(repo, source, tenant_id, user_id, embedding, vector, query, embedder)
         if source == "hnsw" and user_id is not None and len(hits) < query.top_k:
             # A filtered graph scan can run out before it finds top_k rows of the scope (pgvector < 0.8
             # filters after the scan; 0.8's iterative scan stops at hnsw.max_scan_tuples); exact cannot.
-            hits = await self._fetch(repo, "exact", tenant_id, user_id, embedding, vector, query)
+            hits = await self._fetch(repo, "exact", tenant_id, user_id, embedding, vector, query, embedder)
         return hits
 
     async def _fetch(
@@ -226,6 +266,7 @@ class Searcher:
         embedding: list[float],
         vector: bool,
         query: SearchQuery,
+        embedder: str,
     ) -> list[Hit]:
         lex_configs, words = lexical_words(query.query) if query.mode != "vector" else ([], [])
         boost = self.settings.search_time_boost if query.time_boost is None else query.time_boost
@@ -241,7 +282,7 @@ class Searcher:
             pool=self.settings.search_pool,
             fusion=self.settings.search_fusion,
             vector_weight=self.settings.search_vector_weight,
-            vector_base=chance_similarity(self.embedder.name),
+            vector_base=chance_similarity(embedder),
             rrf_k=self.settings.search_rrf_k,
             threshold=query.threshold if vector else None,
             agent_id=query.agent_id,

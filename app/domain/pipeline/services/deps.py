@@ -24,7 +24,13 @@ from app.domain.pipeline.locks import ScopeLocks
 from app.domain.pipeline.repositories import PipelineRepository, TenantOptions
 from app.domain.pipeline.services.faults import outage_backoff
 from app.domain.search.services import Searcher
-from app.embeddings import Embedder, EmbedderCounts, embedder_counts
+from app.domain.search.tenant_embedder import (
+    CACHE_TTL_S,
+    SWITCHING_TTL_S,
+    TenantEmbedder,
+    refuse_while_switching,
+)
+from app.embeddings import Embedder, EmbedderCounts, Embedders, embedder_counts
 from app.embeddings.base import duplicate_thresholds
 from app.writers.base import OpKind, strictest
 from app.writers.registry import WriterRegistry
@@ -54,13 +60,17 @@ class TenantOptionsCache:
     recently read dropped first."""
 
     size: int = 4096
-    ttl_s: float = 30.0
+    ttl_s: float = CACHE_TTL_S
     # tenant -> (its options, when read), oldest read first
     entries: dict[uuid.UUID, tuple[TenantOptions, float]] = field(default_factory=dict)
 
     async def get(self, session: AsyncSession, tenant_id: uuid.UUID) -> TenantOptions:
         cached = self.entries.get(tenant_id)
-        if cached is not None and time.monotonic() - cached[1] < self.ttl_s:
+        # A tenant moving to another embedder is read again within a second: its chunks go on once
+        # the move is done (`search.tenant_embedder`).
+        if cached is not None and time.monotonic() - cached[1] < (
+            SWITCHING_TTL_S if cached[0].embedder_switching_to else self.ttl_s
+        ):
             return cached[0]
         options = await PipelineRepository(session).tenant_options(tenant_id)
         self.entries.pop(tenant_id, None)  # re-inserted last: the most recently read
@@ -106,16 +116,26 @@ class LimitsPolicy:
             duplicate_thresholds=duplicate_thresholds(self.settings.embedder),
         )
 
+    def for_tenant(self, options: TenantOptions) -> ApplyLimits:
+        """The deployment's limits, with the near-duplicate thresholds of the tenant's embedder."""
+        if options.embedder is None or options.embedder == self.settings.embedder:
+            return self.base
+        return replace(self.base, duplicate_thresholds=duplicate_thresholds(options.embedder))
+
     def for_chunk(self, options: TenantOptions, writer: str) -> ApplyLimits:
         """The limits of a chunk of this tenant by this writer: the destructive-ops policy is the
         stricter of the tenant's (else the deployment's) and the writer's own (writers file). A shadow
         bank applies everything: what its writer would destroy is what the comparison reports."""
         if options.shadow_of is not None:
-            return self.base
+            return self.for_tenant(options)
         own = options.destructive_ops or self.settings.destructive_ops
         policy = strictest(own, self.writers.policy(writer))
         kinds = options.destructive_kinds or tuple(self.settings.destructive_kinds)
-        return replace(self.base, destructive=policy, destructive_kinds=frozenset(OpKind(k) for k in kinds))
+        return replace(
+            self.for_tenant(options),
+            destructive=policy,
+            destructive_kinds=frozenset(OpKind(k) for k in kinds),
+        )
 
     def shadow_writers(self, options: TenantOptions) -> tuple[str, ...]:
         """The writers that shadow a tenant: its own setting, else the deployment's; a bank has none."""
@@ -133,7 +153,7 @@ class PipelineDeps:
     engine: AsyncEngine
     settings: Settings
     writers: WriterRegistry
-    embedder: Embedder
+    embedder: Embedder  # the deployment's
     worker_name: str
     # Feeds tenants' live shadow banks as their scopes are taken up (the worker's; none elsewhere).
     feeder: BankFeeder | None = None
@@ -142,6 +162,8 @@ class PipelineDeps:
     tenants: TenantOptionsCache = field(default_factory=TenantOptionsCache)
     # The database is a Citus cluster with distributed tables (`app.db.distribution.is_distributed`).
     distributed: bool = False
+    # Every embedder the process has loaded: the deployment's, and those its tenants chose.
+    embedders: Embedders | None = None
     outage: OutageClock = field(init=False)
     policy: LimitsPolicy = field(init=False)
     locks: ScopeLocks = field(init=False)
@@ -167,6 +189,18 @@ class PipelineDeps:
             self.engine if self.distributed else self.engine.execution_options(isolation_level="AUTOCOMMIT")
         )
         self.shadow_slots = asyncio.Semaphore(self.settings.shadow_max_jobs)
+        if self.embedders is None:
+            self.embedders = Embedders(self.settings, default=self.embedder)
+
+    def embedder_of(self, options: TenantOptions) -> Embedder:
+        """The tenant's embedder; refused (`embedder_mismatch`, so its chunks wait, their attempts
+        uncounted) while it moves to another (`search.tenant_embedder`)."""
+        if options.embedder_switching_to is not None:
+            refuse_while_switching(TenantEmbedder(options.embedder, options.embedder_switching_to))
+        if options.embedder is None or options.embedder == self.settings.embedder:
+            return self.embedder
+        assert self.embedders is not None
+        return self.embedders.get(options.embedder)
 
     async def commit_reads(self, session: AsyncSession) -> None:
         """Commit what a session of `reads` wrote (a claim): its transaction on a cluster; on one
@@ -178,7 +212,7 @@ class PipelineDeps:
     def searcher(self) -> Searcher:
         """Candidate retrieval: the search clients use, with this process's embedder."""
         if self._searcher is None:
-            self._searcher = Searcher(self.settings, self.embedder)
+            self._searcher = Searcher(self.settings, self.embedder, embedders=self.embedders)
         return self._searcher
 
     @property
@@ -198,4 +232,5 @@ class PipelineDeps:
             await self.announcer.aclose()
         await self.locks.aclose()
         await self.writers.aclose()
-        await self.embedder.aclose()
+        assert self.embedders is not None
+        await self.embedders.aclose()

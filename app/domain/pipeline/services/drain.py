@@ -269,7 +269,7 @@ async def _process_claimed(deps: PipelineDeps, chunk: ChunkRow, run: ScopeRun, v
     )
     # Embedded here, before the apply's transaction locks anything.
     with tracing.span("embeddings", {"gen_ai.operation.name": "embeddings"}) as span:
-        vectors = await embed_ops(deps.embedder, [apply_request])
+        vectors = await embed_ops(view.embedder, [apply_request])
         if span is not None:
             span.set_attributes({"memstore.embedder.texts": len(vectors)})
     started = time.perf_counter()

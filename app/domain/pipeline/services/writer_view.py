@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.domain.memories.services import Shown
 from app.domain.pipeline.repositories import ChunkRow, PipelineRepository, TenantOptions
 from app.domain.pipeline.services.deps import PipelineDeps
+from app.embeddings import Embedder
 from app.embeddings.base import related_floor
 from app.writers.base import (
     Candidate,
@@ -33,12 +34,14 @@ class WriterView:
 
     options: TenantOptions
     writer: Writer
+    embedder: Embedder  # the tenant's
     request: WriteRequest
     shown: dict[int, Shown]
 
 
 async def writer_view(session: AsyncSession, deps: PipelineDeps, chunk: ChunkRow) -> WriterView:
     options = await deps.tenants.get(session, chunk.tenant_id)
+    embedder = deps.embedder_of(options)
     writer = deps.writers.get(chunk.writer, options.writer)
     # Writers plugged in by import path may predate `context_messages`; they get the default.
     request, shown = await build_request(
@@ -47,8 +50,9 @@ async def writer_view(session: AsyncSession, deps: PipelineDeps, chunk: ChunkRow
         chunk,
         getattr(writer, "context_messages", None),
         initial_candidates=getattr(writer, "initial_candidates", True),
+        embedder=embedder,
     )
-    return WriterView(options, writer, request, shown)
+    return WriterView(options, writer, embedder, request, shown)
 
 
 def memory_at(chunk: ChunkRow) -> datetime:
@@ -77,9 +81,11 @@ async def build_request(
     context_messages: int | None,
     *,
     initial_candidates: bool = True,
+    embedder: Embedder | None = None,
 ) -> tuple[WriteRequest, dict[int, Shown]]:
     """The writer's view: new messages, recent context, and related memories under local ids."""
     settings = deps.settings
+    embedder = embedder or deps.embedder
     messages = tuple(message_of(m) for m in chunk.messages)
     earlier = await PipelineRepository(session).earlier_messages(
         chunk.tenant_id,
@@ -96,10 +102,10 @@ async def build_request(
     ) -> tuple[Candidate, ...]:
         query = query or CandidateQuery(per_text=settings.candidate_limit)
         if query.min_score is not None:  # the protocol's floor, on this embedder's scale
-            query = replace(query, min_score=related_floor(deps.embedder.name, query.min_score))
+            query = replace(query, min_score=related_floor(embedder.name, query.min_score))
         # The same search clients use (exact over the scope's active memories, vector ranking).
         ranked = await deps.searcher.writer_candidates(
-            session, chunk.tenant_id, chunk.user_id, queries, query.per_text
+            session, chunk.tenant_id, chunk.user_id, queries, query.per_text, embedder
         )
         hits = {hit.id: hit for found in ranked for hit in found}
         picked = select_candidates([[(hit.id, hit.score) for hit in found] for found in ranked], query)
