@@ -1,7 +1,9 @@
 """Shared helpers for the benchmarks: a `memstore up` started in a throwaway data dir, and ways to look at it.
 
 `running_stack()` starts the whole service as an operator would (embedded Postgres + Redis, migrations,
-API, workers), waits for `/ready`, and stops it with SIGINT on exit, killing anything left behind.
+API, workers), waits for `/ready`, and stops it with SIGINT on exit, killing anything left behind; with
+`citus_workers` the database is a local Citus cluster instead (`memstore up --citus-workers N`, which
+needs `make citus`).
 `FakeModelServer` runs the fake model / embeddings server of the tests as a process of its own, which
 can be stopped and started again on the same port, as a real one restarted. A benchmark's command line
 (`bench_parser`, `add_stack_options`) and the end of its report (`write_figures`, `conclude`) are said
@@ -29,11 +31,13 @@ import httpx
 import psutil
 
 from app.db.tenancy import SERVICE_ROLE
-from app.lib.embedded import EmbeddedPostgres, EmbeddedRedis
+from app.lib.embedded import EmbeddedCitusNode, EmbeddedPostgres, EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN_KEY = "ms_bench_admin_key_0123456789abcdef"
 READY_TIMEOUT_S = 60.0
+# A cluster's start makes three servers and distributes the schema after migrating it.
+CLUSTER_READY_TIMEOUT_S = 240.0
 STOP_TIMEOUT_S = 90.0
 
 
@@ -98,8 +102,11 @@ def caller_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
 
 
-def up_command(data_dir: Path, port: int, *, workers: int, api_processes: int = 1) -> list[str]:
+def up_command(
+    data_dir: Path, port: int, *, workers: int, api_processes: int = 1, citus_workers: int = 0
+) -> list[str]:
     """`memstore up` on `port` with its data in `data_dir`, as an operator starts it."""
+    cluster = ["--citus-workers", str(citus_workers)] if citus_workers else []
     return [
         sys.executable,
         "-m",
@@ -113,6 +120,7 @@ def up_command(data_dir: Path, port: int, *, workers: int, api_processes: int = 
         str(workers),
         "--api-processes",
         str(api_processes),
+        *cluster,
     ]
 
 
@@ -212,6 +220,8 @@ class Stack:
     """Environment of the `memstore up` process (MEMSTORE_* of the caller stripped)."""
     process: subprocess.Popen[bytes]
     extra: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    citus_workers: int = 0
+    """Workers of the local Citus cluster behind the coordinator `database_url` names; 0: one Postgres."""
 
     def family(self) -> list[psutil.Process]:
         """The supervisor and every process under it (Postgres and its backends included)."""
@@ -253,6 +263,12 @@ class Stack:
         self.extra.append(proc)
         return proc
 
+    def stop_workers(self) -> None:
+        """Stop the workers `start_worker` started (SIGINT, as an operator stops one)."""
+        for worker in self.extra:
+            _stop(worker, [], STOP_TIMEOUT_S)
+        self.extra.clear()
+
     def log_tail(self, lines: int = 30) -> str:
         with contextlib.suppress(OSError):
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
@@ -268,10 +284,13 @@ def running_stack(
     data_dir: Path | None = None,
     env_overrides: dict[str, str] | None = None,
     default_limits: bool = False,
+    citus_workers: int = 0,
 ) -> Iterator[Stack]:
     """`memstore up` in `data_dir` (default: a fresh temporary one), ready to serve; stopped on exit.
 
     Its output goes to `memstore.log` next to the data dir, at `log_level`, as in production (JSON).
+    With `citus_workers`, on a local Citus cluster of a coordinator and that many workers (the stack's
+    URLs name the coordinator).
     """
     with contextlib.ExitStack() as cleanup:
         if data_dir is None:
@@ -288,11 +307,17 @@ def running_stack(
         if not default_limits:
             env |= {"MEMSTORE_RATE_LIMIT_PER_S": "0", "MEMSTORE_USER_RATE_LIMIT_PER_S": "0"}
         env |= env_overrides or {}
-        postgres = EmbeddedPostgres(data_dir / "pg")
+        postgres = (
+            EmbeddedCitusNode(data_dir / "citus" / "coordinator")
+            if citus_workers
+            else EmbeddedPostgres(data_dir / "pg")
+        )
         with log_file.open("ab") as log:
             # cwd outside the repository, so a developer's .env cannot change what is measured.
             proc = subprocess.Popen(
-                up_command(data_dir, port, workers=workers, api_processes=api_processes),
+                up_command(
+                    data_dir, port, workers=workers, api_processes=api_processes, citus_workers=citus_workers
+                ),
                 env=env,
                 cwd=data_dir.parent,
                 stdout=log,
@@ -310,18 +335,18 @@ def running_stack(
             log_file=log_file,
             env=env,
             process=proc,
+            citus_workers=citus_workers,
         )
         try:
-            _wait_ready(stack)
+            _wait_ready(stack, CLUSTER_READY_TIMEOUT_S if citus_workers else READY_TIMEOUT_S)
             yield stack
         finally:
-            for worker in stack.extra:
-                _stop(worker, [], STOP_TIMEOUT_S)
+            stack.stop_workers()
             _stop(proc, stack.family()[1:], STOP_TIMEOUT_S)
 
 
-def _wait_ready(stack: Stack) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
+def _wait_ready(stack: Stack, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if stack.process.poll() is not None:
             code = stack.process.returncode
@@ -331,7 +356,7 @@ def _wait_ready(stack: Stack) -> None:
             if httpx.get(f"{stack.base_url}/ready", timeout=1).status_code == 200:
                 return
         time.sleep(0.1)
-    msg = f"memstore up was not ready after {READY_TIMEOUT_S:.0f} s; its log ends:\n{stack.log_tail()}"
+    msg = f"memstore up was not ready after {timeout_s:.0f} s; its log ends:\n{stack.log_tail()}"
     raise TimeoutError(msg)
 
 

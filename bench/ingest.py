@@ -66,8 +66,12 @@ local assistant_lines = {{ {assistant_lines} }}
 local template = {template}
 
 wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer {key}"
+-- One key, or one per tenant: each request takes one at random.
+local keys = {{ {keys} }}
+local headers = {{}}
+for i, key in ipairs(keys) do
+  headers[i] = {{ ["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. key }}
+end
 
 local next_id = 1
 function setup(thread)
@@ -89,7 +93,7 @@ function request()
     n,
     assistant_lines[(n * 7 + id) % #assistant_lines + 1]
   )
-  return wrk.format(nil, "/v1/chunks", nil, body)
+  return wrk.format(nil, "/v1/chunks", headers[math.random(#headers)], body)
 end
 """
 
@@ -175,14 +179,17 @@ def lua_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def write_lua(path: Path, *, key: str, users: int) -> None:
+def write_lua(path: Path, *, key: str | list[str], users: int) -> None:
+    """The wrk script posting chunks of `users` users with `key` (a list: a key drawn per request, so
+    that the chunks of several tenants are posted at once)."""
+    keys = [key] if isinstance(key, str) else key
     path.write_text(
         LUA_TEMPLATE.format(
             users=users,
             user_lines=", ".join(lua_string(line) for line in USER_LINES),
             assistant_lines=", ".join(lua_string(line) for line in ASSISTANT_LINES),
             template=lua_string(BODY_TEMPLATE),
-            key=key,
+            keys=", ".join(lua_string(k) for k in keys),
         )
     )
 
