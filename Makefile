@@ -80,6 +80,15 @@ test-real-model: $(STAMP) ## Opt-in: every writer profile against a real small m
 test-citus: $(STAMP) ## Opt-in: the service on a local Citus cluster (a coordinator, two workers; needs `make citus`)
 	MEMSTORE_TEST_CITUS=1 $(BIN)/python -m pytest -p no:xdist tests/citus
 
+.PHONY: test-hosts
+test-hosts: $(STAMP) ## Opt-in: the fleet over network namespaces (Postgres, Redis, 2 APIs, 2 workers), links cut mid-stream (root; apt-get nftables)
+	@if ! command -v nft >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make: installing Debian's nftables to cut links between the rig's hosts (apt-get, once)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null; \
+	fi
+	MEMSTORE_TEST_HOSTS=1 $(BIN)/python -m pytest -p no:xdist -p no:randomly -s -v tests/hosts
+
 .PHONY: lint
 lint: $(STAMP) ## Lint and check formatting (ruff)
 	$(BIN)/ruff check app workers client tests migrations bench
