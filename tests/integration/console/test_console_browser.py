@@ -379,3 +379,52 @@ async def test_usage_shows_what_the_writes_cost_and_the_writer_share_pauses_and_
         await page.get_by_role("button", name="Save").click()
         await expect(page.locator("#budget-today")).to_contain_text("no daily budget")
         await wait_for_chunks(sessionmaker, tenant.tenant_id, 2, timeout_s=30)
+
+
+async def test_the_tenants_embedder_is_moved_from_the_usage_page(
+    page: Page, settings: Settings, tenant: TenantKeys, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """The Usage page shows the tenant's embedder and moves it: the move under way is said, and once a
+    worker has re-embedded the tenant the page names the new embedder."""
+    from tests.integration.search.test_reembed import reversed_model
+    from tests.support.fake_llm import FakeLLM
+
+    with FakeLLM().in_thread() as server:
+        server.embed_text = reversed_model
+        moving = settings.model_copy(
+            update={
+                "tenant_embedders": ["openai"],
+                "embedder_base_url": server.base_url,
+                "embedder_switch_settle_s": 0.0,
+            }
+        )
+        await add_memories(sessionmaker, tenant.tenant_id, "ida", ["The user lives in Bergen."])
+        async with (
+            live_api(moving) as base_url,
+            httpx.AsyncClient(base_url=base_url, headers=tenant.admin) as http,
+        ):
+            await page.goto(f"{base_url}/admin/")
+            await page.get_by_label("Admin API key").fill(tenant.admin_key)
+            await page.keyboard.press("Enter")
+            await page.get_by_role("link", name="Usage").click()
+            await expect(page.locator("#embedder-now")).to_contain_text("the deployment's embedder")
+
+            await page.get_by_label("Embedder (empty: the deployment's)").fill("nope")
+            await page.get_by_role("button", name="Move").click()
+            await expect(page.locator("#status")).to_contain_text("Unknown embedder 'nope'")
+
+            await page.get_by_label("Embedder (empty: the deployment's)").fill("openai")
+            await page.get_by_role("button", name="Move").click()
+            await expect(page.locator("#embedder-now")).to_contain_text("Moving to openai")
+            assert len(await _unlabelled(page)) == 0, await _unlabelled(page)
+
+            async with running_worker(moving):  # the worker's job carries the move out
+                await wait_for(
+                    lambda: http.get("/v1/admin/settings"),
+                    lambda r: r.json()["embedder"] == "openai",
+                    timeout_s=30,
+                    what="the move done",
+                )
+            await page.get_by_role("link", name="Usage").click()
+            await page.evaluate("() => window.dispatchEvent(new HashChangeEvent('hashchange'))")
+            await expect(page.locator("#embedder-now")).to_contain_text("embedded by openai")

@@ -835,6 +835,39 @@
       field("daily_token_budget", "Writer tokens a UTC day", budget, "no budget"),
       el("button", { type: "submit" }, "Save")
     );
+    const moving = settings.embedder_switching_to;
+    const embedderForm = el(
+      "form",
+      {
+        class: "panel",
+        onsubmit: async (event) => {
+          event.preventDefault();
+          const raw = embedderForm.elements.embedder.value.trim();
+          try {
+            await api("PATCH", "/v1/admin/settings", { body: { embedder: raw === "" ? null : raw } });
+            say("The tenant's embedder is saved.");
+            await usageView();
+          } catch (error) {
+            failed(error);
+          }
+        },
+      },
+      el("h3", {}, "Embedder"),
+      el(
+        "p",
+        { id: "embedder-now" },
+        moving
+          ? `Moving to ${moving}: the memories are being re-embedded; searches answer again, and chunks are written, once that is done.`
+          : `Memories are embedded by ${settings.embedder || "the deployment's embedder"}.`
+      ),
+      el(
+        "p",
+        {},
+        el("label", { for: "embedder" }, "Embedder (empty: the deployment's)"),
+        el("input", { id: "embedder", name: "embedder", type: "text", value: moving || settings.embedder || "" })
+      ),
+      el("button", { type: "submit" }, "Move")
+    );
     const rows = usage.items.map((r) =>
       el(
         "tr",
@@ -858,6 +891,7 @@
         budget === null ? " (no daily budget)." : ` of ${number(budget)}${spent ? ": spent — chunks wait until the UTC day turns or the budget is raised." : "."}`
       ),
       form,
+      embedderForm,
       el(
         "table",
         {},
