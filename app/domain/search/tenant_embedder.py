@@ -155,7 +155,9 @@ async def ask_switch(
     if choice.switching_to is None and choice.name(default) == to:
         return False
     switch = {"to": to, "since": datetime.now(UTC).isoformat(), "cursor": None}
-    tenant.settings = {**tenant.settings, SWITCH: switch}
+    # Its shadow banks move with it: a bank's memories are compared with the tenant's.
+    for moving in (tenant, *await _banks(session, tenant_id, lock=True)):
+        moving.settings = {**moving.settings, SWITCH: switch}
     await session.flush()
     await record_event(
         session,
@@ -203,22 +205,23 @@ async def switch_tenant(
     started = time.monotonic()
     if settle_s is None:
         settle_s = embedders.settings.embedder_switch_settle_s
-    with tenant_scope([tenant_id]):
+    with tenant_scope([tenant_id]):  # the tenant and its shadow banks
         async with sessionmaker() as session:
             switch = await _switch(session, tenant_id)
+            banks = [bank.id for bank in await _banks(session, tenant_id)]
         if switch is None:
             return SwitchOutcome(None, 0, finished=True)
         to = str(switch["to"])
         since = datetime.fromisoformat(str(switch["since"]))
         embedder = embedders.get(to)
-        # Until every process has read the move, and no chunk of the tenant is in a writer's hands.
+        # Until every process has read the move, and no chunk of the tenant's is in a writer's hands.
         while True:
             async with sessionmaker() as session:
                 now = await session.scalar(select(func.now()))
                 busy = await session.scalar(
                     select(func.count())
                     .select_from(Chunk)
-                    .where(Chunk.tenant_id == tenant_id, Chunk.status == "processing")
+                    .where(Chunk.tenant_id.in_([tenant_id, *banks]), Chunk.status == "processing")
                 )
             assert now is not None
             if now >= since + timedelta(seconds=settle_s) and not busy:
@@ -227,27 +230,43 @@ async def switch_tenant(
                 return SwitchOutcome(to, 0, finished=False)
             wait = (since + timedelta(seconds=settle_s) - now).total_seconds()
             await asyncio.sleep(max(poll_s, min(wait, 5.0)))  # time itself must pass
-        cursor = uuid.UUID(str(switch["cursor"])) if switch.get("cursor") else None
         embedded = 0
-        while True:
+        default = embedders.settings.embedder
+        # Its banks first, each finished as its walk ends (a later run passes it over), the tenant last.
+        for walked in (*banks, tenant_id):
             async with sessionmaker() as session:
-                rows = await next_batch(session, tenant_id, cursor, batch_size)
-            if not rows:
-                break
-            cursor = next(reversed(rows))
-            moved = cursor
+                own = await _switch(session, walked)
+            if own is None or own["to"] != to:
+                continue
+            cursor = uuid.UUID(str(own["cursor"])) if own.get("cursor") else None
+            while True:
+                async with sessionmaker() as session:
+                    rows = await next_batch(session, walked, cursor, batch_size)
+                if not rows:
+                    break
+                cursor = next(reversed(rows))
 
-            async def move_cursor(session: AsyncSession, moved: uuid.UUID = moved) -> None:
-                await _set_cursor(session, tenant_id, to, moved)
+                async def move_cursor(
+                    session: AsyncSession, t: uuid.UUID = walked, c: uuid.UUID = cursor
+                ) -> None:
+                    await _set_cursor(session, t, to, c)
 
-            await reembed_batch(sessionmaker, embedder, tenant_id, rows, move_cursor)
-            embedded += len(rows)
-            if budget_s is not None and time.monotonic() - started > budget_s:
-                return SwitchOutcome(to, embedded, finished=False)
-        async with sessionmaker() as session, session.begin():
-            done = await _finish(session, tenant_id, to, default=embedders.settings.embedder, actor=actor)
+                await reembed_batch(sessionmaker, embedder, walked, rows, move_cursor)
+                embedded += len(rows)
+                if budget_s is not None and time.monotonic() - started > budget_s:
+                    return SwitchOutcome(to, embedded, finished=False)
+            async with sessionmaker() as session, session.begin():
+                done = await _finish(
+                    session, walked, to, default=default, actor=actor, audit=walked == tenant_id
+                )
     log.info("embedder.switched", tenant_id=str(tenant_id), embedder=to, embedded=embedded, done=done)
     return SwitchOutcome(to, embedded, finished=done)
+
+
+async def _banks(session: AsyncSession, tenant_id: uuid.UUID, *, lock: bool = False) -> list[Tenant]:
+    """The tenant's shadow banks (`shadows`): hidden tenants whose memories are compared with its own."""
+    query = select(Tenant).where(Tenant.shadow_of == tenant_id).order_by(Tenant.id)
+    return list((await session.scalars(query.with_for_update() if lock else query)).all())
 
 
 async def _switch(session: AsyncSession, tenant_id: uuid.UUID) -> dict[str, Any] | None:
@@ -266,8 +285,11 @@ async def _set_cursor(session: AsyncSession, tenant_id: uuid.UUID, to: str, curs
         await session.flush()
 
 
-async def _finish(session: AsyncSession, tenant_id: uuid.UUID, to: str, *, default: str, actor: str) -> bool:
-    """Record the move as done, if it is still the one to `to` (another asked meanwhile starts over)."""
+async def _finish(
+    session: AsyncSession, tenant_id: uuid.UUID, to: str, *, default: str, actor: str, audit: bool = True
+) -> bool:
+    """Record the move as done, if it is still the one to `to` (another asked meanwhile starts over);
+    audited for a tenant (a shadow bank's is part of its tenant's move)."""
     tenant = await session.get(Tenant, tenant_id, with_for_update=True)
     if tenant is None:
         return False
@@ -278,6 +300,8 @@ async def _finish(session: AsyncSession, tenant_id: uuid.UUID, to: str, *, defau
     own = {} if to == default else {OWN: to}
     tenant.settings = {**kept, **own, CHANGED_AT: datetime.now(UTC).isoformat()}
     await session.flush()
+    if not audit:
+        return True
     await record_event(
         session,
         tenant_id=tenant_id,

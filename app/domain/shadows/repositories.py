@@ -17,10 +17,17 @@ _BANKS = text(
     "SELECT id, name, settings -> 'shadow' AS shadow FROM tenants WHERE shadow_of = :p_parent ORDER BY name"
 )
 
+# A bank has its tenant's embedder, and moves with it (`search.tenant_embedder`): their memories are
+# compared.
 _ENSURE = text(
     """
     INSERT INTO tenants (id, name, settings, shadow_of)
-    VALUES (:p_id, :p_name, jsonb_build_object('shadow', CAST(:p_shadow AS jsonb)), :p_parent)
+    SELECT :p_id, :p_name,
+           jsonb_build_object('shadow', CAST(:p_shadow AS jsonb))
+           || jsonb_strip_nulls(jsonb_build_object('embedder', p.settings -> 'embedder',
+                                                   'embedder_switch', p.settings -> 'embedder_switch')),
+           :p_parent
+    FROM tenants p WHERE p.id = :p_parent
     ON CONFLICT (name) DO NOTHING
     """
 )

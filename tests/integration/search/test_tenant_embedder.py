@@ -256,3 +256,36 @@ def test_the_near_duplicate_thresholds_are_the_tenants_embedders(settings: Setti
     assert policy.for_chunk(TenantOptions(), "offline").duplicate_thresholds == {}
     own = policy.for_chunk(TenantOptions(embedder="e5"), "offline").duplicate_thresholds
     assert own == DUPLICATE_THRESHOLDS["e5"]
+
+
+async def test_a_tenants_shadow_banks_have_its_embedder_and_move_with_it(
+    tenant_settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], tenant: TenantKeys
+) -> None:
+    """A shadow bank's memories are compared with its tenant's (`shadows.compare`): a bank made while the
+    tenant has its own embedder gets it, and a move re-embeds the banks with the tenant."""
+    from app.domain.shadows.services import ensure_bank
+
+    async with sessionmaker() as session, session.begin():
+        early = await ensure_bank(session, tenant.tenant_id, name="early", writer="offline", kind="live")
+    await add(sessionmaker, tenant.tenant_id, "u", CONTENTS[:3])
+    await add(sessionmaker, early.id, "u", CONTENTS[:2])
+    async with sessionmaker() as session, session.begin():
+        assert await ask_switch(session, tenant.tenant_id, "openai", default="hashing", actor="test")
+        late = await ensure_bank(session, tenant.tenant_id, name="late", writer="offline", kind="live")
+    assert (await settings_of(sessionmaker, early.id))[SWITCH]["to"] == "openai"  # type: ignore[index]
+    assert (await settings_of(sessionmaker, late.id))[SWITCH]["to"] == "openai"  # type: ignore[index]
+
+    embedders = Embedders(tenant_settings)
+    try:
+        moved = await switch_tenant(sessionmaker, embedders, tenant.tenant_id, actor="test", batch_size=2)
+    finally:
+        await embedders.aclose()
+    assert (moved.embedded, moved.finished) == (5, True)
+    for bank_id in (early.id, late.id):
+        options = await settings_of(sessionmaker, bank_id)
+        assert (options.get(OWN), options.get(SWITCH)) == ("openai", None)
+    assert_vectors(await stored(sessionmaker, early.id), reversed_model)
+    assert_vectors(await stored(sessionmaker, tenant.tenant_id), reversed_model)
+    async with sessionmaker() as session, session.begin():
+        newer = await ensure_bank(session, tenant.tenant_id, name="newer", writer="offline", kind="live")
+    assert (await settings_of(sessionmaker, newer.id)).get(OWN) == "openai"
