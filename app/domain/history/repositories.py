@@ -127,7 +127,7 @@ class HistoryRepository:
     ) -> tuple[dict[uuid.UUID, VersionState], dict[uuid.UUID, VersionState]]:
         """Row-lock every memory of the scope (id order) and read, in the same pass, the version of
         each that was in force at `as_of` (absent for memories created later)."""
-        then = in_force_at(as_of)
+        then = in_force_at(tenant_id, as_of)
         rows = await self.session.execute(
             select(
                 _m.id,

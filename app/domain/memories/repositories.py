@@ -204,9 +204,13 @@ class MemoryAsOf:
     embedding: list[float] | None = None
 
 
-def in_force_at(as_of: datetime) -> Any:
-    """A LATERAL subquery: for the memory of the enclosing row, its latest version written at or
-    before `as_of` (none if the memory was created later).
+def in_force_at(tenant_id: uuid.UUID, as_of: datetime) -> Any:
+    """A LATERAL subquery: for the memory of the enclosing row (of `tenant_id`), its latest version
+    written at or before `as_of` (none if the memory was created later).
+
+    The subquery names its tenant as a value, not as the enclosing row's: on a Citus cluster a lateral
+    subquery with a LIMIT correlated to the tenant of the outer row prunes no shard, and the statement
+    went to every shard (a row lock with it, as a restore takes, is refused there).
 
     A version's time is its transaction's start; one transaction writes at most one version of a
     memory, so (memory, time) never ties and the highest version number is the one in force. One
@@ -229,7 +233,7 @@ def in_force_at(as_of: datetime) -> Any:
             v.c.valid_from,
             v.c.valid_to,
         )
-        .where(v.c.tenant_id == _m.tenant_id, v.c.memory_id == _m.id, v.c.created_at <= as_of)
+        .where(v.c.tenant_id == tenant_id, v.c.memory_id == _m.id, v.c.created_at <= as_of)
         .order_by(v.c.version.desc())
         .limit(1)
         .lateral("h")
@@ -342,7 +346,7 @@ class MemoryRepository:
         `embedding` (if asked for) is the vector the version then in force was searched by.
         Keyset-paginated on (created_at, id) like `page`.
         """
-        heads = in_force_at(as_of)
+        heads = in_force_at(tenant_id, as_of)
         columns = [
             _m.id,
             _m.user_id,

@@ -39,6 +39,8 @@ Source = Literal["exact", "hnsw", "as_of"]
 # The query vector, bound as text (`vector_text`: this is on every search's path).
 _QUERY = "CAST(:embedding AS vector)"
 
+# Every table named with its tenant as a value: on a Citus cluster a join or a subquery correlated to
+# the tenant of another row prunes no shard, and the statement was refused ("complex joins").
 _AS_OF_BANK = """
 bank AS (
     SELECT v.memory_id AS id, v.tenant_id, v.user_id, m.agent_id, m.run_id, v.content, v.tags, v.owner,
@@ -48,7 +50,7 @@ bank AS (
            -- else the version's, or, for a version that changed no text, the last one written
            CASE WHEN v.content = m.content THEN m.embedding ELSE coalesce(v.embedding, (
                SELECT w.embedding FROM memory_versions w
-               WHERE w.tenant_id = v.tenant_id AND w.memory_id = v.memory_id AND w.version < v.version
+               WHERE w.tenant_id = :tenant_id AND w.memory_id = v.memory_id AND w.version < v.version
                  AND w.embedding IS NOT NULL
                ORDER BY w.version DESC LIMIT 1
            )) END AS embedding,
@@ -59,7 +61,7 @@ bank AS (
         WHERE tenant_id = :tenant_id {user_filter} AND created_at <= :as_of
         ORDER BY memory_id, version DESC
     ) v
-    JOIN memories m ON m.tenant_id = v.tenant_id AND m.id = v.memory_id
+    JOIN memories m ON m.tenant_id = :tenant_id AND m.id = v.memory_id
     WHERE {status_filter}{expiry_filter}
 )"""
 
