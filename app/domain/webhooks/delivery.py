@@ -156,6 +156,7 @@ class Deliverer:
                 for c, a in zip(claimed, attempts, strict=True):
                     again = None if a.delivered else retry_in(self.settings, c.attempts)
                     await repo.record(
+                        tenant_id,
                         c.id,
                         attempt={
                             "at": datetime.now(UTC).isoformat(),

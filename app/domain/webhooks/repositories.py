@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Text, bindparam, func, literal, select, text, update
+from sqlalchemy import Integer, Text, and_, bindparam, func, literal, select, text, update
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.arrays import as_columns
+from app.db.distribution import session_is_distributed
 from app.db.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 
 # The outbox in one statement (see `OutboxRepository.announce`). Items of tenants without an enabled
@@ -21,8 +22,11 @@ from app.db.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 # Each item's events, in order: the versions its changeset wrote (by version row), the reviews it held,
 # then its own event. The INSERT's rows come sorted, so `seq` follows that order. On a Citus cluster:
 # the tenants' enabled endpoints are read once (`hook`, a query of their shards), as a correlated
-# subquery over `unnest` cannot be pushed down; the deliveries' INSERT returns its ids, so it is written
-# by INSERT on the shards, not by COPY, which row-level security refuses.
+# subquery over `unnest` cannot be pushed down; the versions and reviews joined to the items name the
+# batch's tenants as values too (`= ANY`), since a join to `unnest` prunes no shard: without them the
+# statement reached every node, and one worker down failed every tenant's apply; the deliveries' INSERT
+# returns its ids, so it is written by INSERT on the shards, not by COPY, which row-level security
+# refuses.
 _ANNOUNCE = text(
     """
     WITH hook AS MATERIALIZED (
@@ -47,6 +51,7 @@ _ANNOUNCE = text(
                    'superseded_by', v.superseded_by, 'content', v.content
                ) AS data
         FROM item i JOIN memory_versions v ON v.changeset_id = i.changeset_id AND v.tenant_id = i.tenant_id
+        WHERE v.tenant_id = ANY (:tenant_id)
         UNION ALL
         SELECT i.n, 1, r.op_index, r.tenant_id, r.user_id::text, 'review.held',
                jsonb_build_object(
@@ -56,6 +61,7 @@ _ANNOUNCE = text(
                )
         FROM item i JOIN reviews r
             ON r.tenant_id = i.tenant_id AND r.status = 'pending' AND r.changeset_id = i.changeset_id
+        WHERE r.tenant_id = ANY (:tenant_id)
         UNION ALL
         SELECT i.n, 2, 0, i.tenant_id, i.user_id, i.type, i.data::jsonb FROM item i WHERE i.type IS NOT NULL
     ), event AS (
@@ -84,19 +90,34 @@ _ANNOUNCE = text(
     bindparam("changeset_id", type_=ARRAY(UUID(as_uuid=True))),
 )
 
+# The tenants of a batch with an enabled endpoint, named as values (`= ANY`): one query of their shards.
+_HOOKED = (
+    select(WebhookEndpoint.tenant_id)
+    .where(
+        WebhookEndpoint.tenant_id == func.any(bindparam("tenant_ids", type_=ARRAY(UUID(as_uuid=True)))),
+        WebhookEndpoint.enabled,
+    )
+    .distinct()
+)
+
 # The due heads of the tenant's (endpoint, user) queues, claimed: a lease (`next_attempt_at` moved past
 # the attempt's timeout) and the attempt counted, so a worker that dies mid-attempt leaves the delivery
 # to be retried when the lease ends. A queue's later deliveries wait while its head is pending: a user's
-# events reach an endpoint in order. A disabled endpoint's queue waits until it is enabled again.
+# events reach an endpoint in order. A disabled endpoint's queue waits until it is enabled again. Every
+# table is named with the tenant as a value: on a Citus cluster the row lock is allowed only on a
+# statement that reaches one shard, which a subquery correlated to another row's tenant does not.
 _CLAIM = text(
     """
     WITH due AS (
         SELECT d.id FROM webhook_deliveries d
         WHERE d.tenant_id = :tenant_id AND d.status = 'pending' AND d.next_attempt_at <= now()
-          AND EXISTS (SELECT 1 FROM webhook_endpoints w WHERE w.id = d.endpoint_id AND w.enabled)
+          AND EXISTS (
+              SELECT 1 FROM webhook_endpoints w
+              WHERE w.tenant_id = :tenant_id AND w.id = d.endpoint_id AND w.enabled
+          )
           AND NOT EXISTS (
               SELECT 1 FROM webhook_deliveries p
-              WHERE p.endpoint_id = d.endpoint_id AND p.user_id = d.user_id
+              WHERE p.tenant_id = :tenant_id AND p.endpoint_id = d.endpoint_id AND p.user_id = d.user_id
                 AND p.event_seq < d.event_seq AND p.status = 'pending'
           )
         ORDER BY d.next_attempt_at, d.event_seq
@@ -106,9 +127,16 @@ _CLAIM = text(
     UPDATE webhook_deliveries d
     SET attempts = d.attempts + 1, last_attempt_at = now(),
         next_attempt_at = now() + make_interval(secs => :lease_s)
-    FROM due WHERE d.id = due.id
+    FROM due WHERE d.tenant_id = :tenant_id AND d.id = due.id
     RETURNING d.id, d.endpoint_id, d.event_id, d.attempts
     """
+)
+
+
+# A delivery's event, joined on the tenant as well: on a Citus cluster a join on the id alone is not
+# co-located (refused), and an UPDATE by id alone reaches every shard.
+_EVENT_OF_DELIVERY = and_(
+    WebhookEvent.tenant_id == WebhookDelivery.tenant_id, WebhookEvent.id == WebhookDelivery.event_id
 )
 
 
@@ -162,6 +190,16 @@ class OutboxRepository:
         endpoint that wants one, in the caller's transaction: one statement."""
         if not items:
             return
+        if await session_is_distributed(self.session):
+            # On a Citus cluster the outbox statement (its INSERT … SELECT from the other CTEs) reaches
+            # every node, whatever its tenants: run it only for tenants with an enabled endpoint, found
+            # first on their own shards, so the applies and edits of the others go on while a worker
+            # is down. One Postgres: one statement as before.
+            tenant_ids = sorted({item["tenant_id"] for item in items})
+            hooked = set(await self.session.scalars(_HOOKED, {"tenant_ids": tenant_ids}))
+            items = [item for item in items if item["tenant_id"] in hooked]
+            if not items:
+                return
         columns = as_columns(
             items, ("n", "tenant_id", "user_id", "type", "data", "changeset_id"), json=("data",)
         )
@@ -188,13 +226,18 @@ class DeliveryRepository:
         endpoints = {
             e.id: e
             for e in await self.session.scalars(
-                select(WebhookEndpoint).where(WebhookEndpoint.id.in_({r.endpoint_id for r in rows}))
+                select(WebhookEndpoint).where(
+                    WebhookEndpoint.tenant_id == tenant_id,
+                    WebhookEndpoint.id.in_({r.endpoint_id for r in rows}),
+                )
             )
         }
         events = {
             e.id: e
             for e in await self.session.scalars(
-                select(WebhookEvent).where(WebhookEvent.id.in_({r.event_id for r in rows}))
+                select(WebhookEvent).where(
+                    WebhookEvent.tenant_id == tenant_id, WebhookEvent.id.in_({r.event_id for r in rows})
+                )
             )
         }
         return [
@@ -204,6 +247,7 @@ class DeliveryRepository:
 
     async def record(
         self,
+        tenant_id: uuid.UUID,
         delivery_id: uuid.UUID,
         *,
         attempt: dict[str, Any],
@@ -226,7 +270,11 @@ class DeliveryRepository:
             values |= {"next_attempt_at": func.now() + timedelta(seconds=retry_in_s)}
         await self.session.execute(
             update(WebhookDelivery)
-            .where(WebhookDelivery.id == delivery_id, WebhookDelivery.status == "pending")
+            .where(
+                WebhookDelivery.tenant_id == tenant_id,
+                WebhookDelivery.id == delivery_id,
+                WebhookDelivery.status == "pending",
+            )
             .values(**values)
         )
 
@@ -242,7 +290,7 @@ class DeliveryRepository:
         """The endpoint's deliveries, newest event first."""
         stmt = (
             select(WebhookDelivery, WebhookEvent)
-            .join(WebhookEvent, WebhookEvent.id == WebhookDelivery.event_id)
+            .join(WebhookEvent, _EVENT_OF_DELIVERY)
             .where(WebhookDelivery.tenant_id == tenant_id, WebhookDelivery.endpoint_id == endpoint_id)
             .order_by(WebhookDelivery.event_seq.desc(), WebhookDelivery.id)
             .limit(limit)
@@ -259,7 +307,7 @@ class DeliveryRepository:
         row = (
             await self.session.execute(
                 select(WebhookDelivery, WebhookEvent)
-                .join(WebhookEvent, WebhookEvent.id == WebhookDelivery.event_id)
+                .join(WebhookEvent, _EVENT_OF_DELIVERY)
                 .where(
                     WebhookDelivery.tenant_id == tenant_id,
                     WebhookDelivery.endpoint_id == endpoint_id,
@@ -270,10 +318,10 @@ class DeliveryRepository:
         ).first()
         return None if row is None else (row[0], row[1])
 
-    async def redeliver(self, delivery_id: uuid.UUID) -> None:
+    async def redeliver(self, tenant_id: uuid.UUID, delivery_id: uuid.UUID) -> None:
         """Pending again, due now, with a fresh retry schedule; its log keeps the earlier attempts."""
         await self.session.execute(
             update(WebhookDelivery)
-            .where(WebhookDelivery.id == delivery_id)
+            .where(WebhookDelivery.tenant_id == tenant_id, WebhookDelivery.id == delivery_id)
             .values(status="pending", attempts=0, next_attempt_at=func.now(), delivered_at=None)
         )

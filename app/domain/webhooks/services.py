@@ -188,7 +188,7 @@ async def redeliver(
     if found is None:
         raise NotFoundError("No such delivery.")
     delivery, event = found
-    await DeliveryRepository(session).redeliver(delivery.id)
+    await DeliveryRepository(session).redeliver(tenant_id, delivery.id)
     await record_event(
         session,
         tenant_id=tenant_id,
