@@ -93,11 +93,14 @@ def _run(
 
 
 @contextlib.asynccontextmanager
-async def _embedder() -> AsyncIterator[Any]:
-    """The configured embedder (an undo may embed a restored text again), closed afterwards."""
+async def _embedder(session: AsyncSession, tenant_id: uuid.UUID) -> AsyncIterator[Any]:
+    """The tenant's embedder (an undo may embed a restored text again), closed afterwards: its own,
+    else the deployment's; during a move to another, that one (as the API's writes do)."""
+    from app.domain.search.tenant_embedder import read_choice
     from app.embeddings import embedder_from_settings
 
-    embedder = embedder_from_settings(get_settings())
+    choice = await read_choice(session, tenant_id)
+    embedder = embedder_from_settings(get_settings(), choice.switching_to or choice.own)
     try:
         yield embedder
     finally:
@@ -168,7 +171,7 @@ def register(cli: typer.Typer) -> None:
         from app.domain.history.services import rollback_memory
 
         async def work(session: AsyncSession, tenant_id: uuid.UUID, _: Any) -> Any:
-            async with _embedder() as embedder:
+            async with _embedder(session, tenant_id) as embedder:
                 return await rollback_memory(
                     session,
                     tenant_id,
@@ -202,7 +205,7 @@ def register(cli: typer.Typer) -> None:
             raise typer.Exit(2)
 
         async def work(session: AsyncSession, tenant_id: uuid.UUID, _: Any) -> Any:
-            async with _embedder() as embedder:
+            async with _embedder(session, tenant_id) as embedder:
                 if changeset_id is not None:
                     return await revert_changeset(
                         session,
@@ -242,7 +245,7 @@ def register(cli: typer.Typer) -> None:
         from app.domain.history.services import restore_user
 
         async def work(session: AsyncSession, tenant_id: uuid.UUID, _: Any) -> Any:
-            async with _embedder() as embedder:
+            async with _embedder(session, tenant_id) as embedder:
                 return await restore_user(
                     session,
                     tenant_id,
