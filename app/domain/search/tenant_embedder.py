@@ -46,6 +46,7 @@ from app.domain.search.reembedding import next_batch, reembed_batch
 from app.embeddings import Embedders
 from app.lib.errors import EmbedderMismatch
 from app.lib.queue import QUEUE_NAME
+from app.lib.read_cache import ReadCache
 
 log = structlog.get_logger(__name__)
 
@@ -106,28 +107,21 @@ async def read_choice(session: AsyncSession, tenant_id: uuid.UUID) -> TenantEmbe
 @dataclass
 class EmbedderChoices:
     """Tenants' embedder choices, read from Postgres and kept `ttl_s` (they change rarely; a move waits
-    until every process's copy has expired). At most `size` tenants."""
+    until every process's copy has expired); a tenant found moving is read again within a second, so
+    that its end is seen at once. At most `size` tenants."""
 
     size: int = 4096
     ttl_s: float = CACHE_TTL_S
-    entries: dict[uuid.UUID, tuple[TenantEmbedder, float]] = field(default_factory=dict)
+    cache: ReadCache[uuid.UUID, TenantEmbedder] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cache = ReadCache(self._ttl, self.size)
+
+    def _ttl(self, choice: TenantEmbedder) -> float:
+        return SWITCHING_TTL_S if choice.switching_to else self.ttl_s
 
     async def get(self, session: AsyncSession, tenant_id: uuid.UUID) -> TenantEmbedder:
-        cached = self.entries.get(tenant_id)
-        # A move under way is read again within a second: its end is seen at once.
-        if cached is not None and time.monotonic() - cached[1] < (
-            SWITCHING_TTL_S if cached[0].switching_to else self.ttl_s
-        ):
-            return cached[0]
-        choice = await read_choice(session, tenant_id)
-        self.entries.pop(tenant_id, None)
-        self.entries[tenant_id] = (choice, time.monotonic())
-        while len(self.entries) > self.size:
-            del self.entries[next(iter(self.entries))]
-        return choice
-
-    def forget(self, tenant_id: uuid.UUID) -> None:
-        self.entries.pop(tenant_id, None)
+        return await self.cache.get(tenant_id, lambda: read_choice(session, tenant_id))
 
 
 def allowed_embedders(default: str, tenant_embedders: list[str]) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from app.domain.search.tenant_embedder import (
 )
 from app.embeddings import Embedder, EmbedderCounts, Embedders, embedder_counts
 from app.embeddings.base import duplicate_thresholds
+from app.lib.read_cache import ReadCache
 from app.writers.base import OpKind, strictest
 from app.writers.registry import WriterRegistry
 
@@ -55,29 +56,27 @@ class BankFeeder(Protocol):
 
 @dataclass
 class TenantOptionsCache:
-    """Tenants' options for the pipeline (writer, shadows, destructive-ops policy), read from Postgres
-    and kept `ttl_s`: they change rarely and may lag a little. At most `size` tenants, the least
-    recently read dropped first."""
+    """Tenants' options for the pipeline (writer, shadows, destructive-ops policy, embedder), read from
+    Postgres and kept `ttl_s`: they change rarely and may lag a little (a tenant moving to another
+    embedder is read again within a second, so its chunks go on once the move is done:
+    `search.tenant_embedder`). At most `size` tenants, the least recently read dropped first."""
 
     size: int = 4096
     ttl_s: float = CACHE_TTL_S
-    # tenant -> (its options, when read), oldest read first
-    entries: dict[uuid.UUID, tuple[TenantOptions, float]] = field(default_factory=dict)
+    cache: ReadCache[uuid.UUID, TenantOptions] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cache = ReadCache(self._ttl, self.size)
+
+    def _ttl(self, options: TenantOptions) -> float:
+        return SWITCHING_TTL_S if options.embedder_switching_to else self.ttl_s
+
+    @property
+    def entries(self) -> dict[uuid.UUID, tuple[TenantOptions, float]]:
+        return self.cache.entries
 
     async def get(self, session: AsyncSession, tenant_id: uuid.UUID) -> TenantOptions:
-        cached = self.entries.get(tenant_id)
-        # A tenant moving to another embedder is read again within a second: its chunks go on once
-        # the move is done (`search.tenant_embedder`).
-        if cached is not None and time.monotonic() - cached[1] < (
-            SWITCHING_TTL_S if cached[0].embedder_switching_to else self.ttl_s
-        ):
-            return cached[0]
-        options = await PipelineRepository(session).tenant_options(tenant_id)
-        self.entries.pop(tenant_id, None)  # re-inserted last: the most recently read
-        self.entries[tenant_id] = (options, time.monotonic())
-        while len(self.entries) > self.size:
-            del self.entries[next(iter(self.entries))]
-        return options
+        return await self.cache.get(tenant_id, lambda: PipelineRepository(session).tenant_options(tenant_id))
 
 
 @dataclass
