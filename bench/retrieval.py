@@ -24,9 +24,19 @@ one chunk for one user with the `verbatim` writer, so each is stored as written,
 asked through `POST /v1/memories/search` (`top_k` `--depth`, nothing else set). Per language: hit@1,
 hit@3 and MRR of the one fact that answers it, and which facts were not stored (a guard that fired).
 
+`--tenants` measures one deployment serving both: in one process and one database (the embedded Postgres
+above), an English tenant on the deployment's embedder (`onnx` as configured) holds LoCoMo's banks, and a
+tenant created with `embedder="e5"` holds the multilingual sets (those of `tests/data/multilingual/` and
+of its `everyday/`, one user per set and language; facts stored as written). Each bank is embedded by the
+embedder one `Searcher` resolves for its tenant (checked: a stored vector of each user is its tenant's
+embedder's), and every question goes through that Searcher's `search()`, hybrid as configured. Reported:
+the English tenant's LoCoMo recall@5 / recall@10 / MRR, the other's hit@1 / hit@3 / MRR per set and
+language.
+
 Usage: python bench/retrieval.py [--embedders onnx,hashing] [--json docs/retrieval-benchmark.json]
                                  [--plot docs/retrieval-benchmark.png] [--weights 0.3 0.5 0.7]
        python bench/retrieval.py --multilingual [--env MEMSTORE_EMBEDDER=hashing] [--json out.json]
+       python bench/retrieval.py --tenants [--conversations N] [--json out.json]
 Needs the `bench` extra (matplotlib) for the plot. Without the data file it says so and exits 0.
 """
 
@@ -202,7 +212,7 @@ async def load_bank(
     conn = await asyncpg.connect(dsn)
     await register_vector(conn)
     try:
-        await conn.execute("DELETE FROM memories")
+        await conn.execute("DELETE FROM memories WHERE tenant_id = $1", tenant_id)
         await conn.execute("DELETE FROM embedding_config")
         await conn.copy_records_to_table(
             "memories",
@@ -243,11 +253,13 @@ async def ask_all(
     dia_of: dict[uuid.UUID, str],
     mode: SearchMode,
     depth: int,
+    searcher: Searcher | None = None,
 ) -> tuple[list[list[str]], dict[str, float]]:
-    """Every question through the Searcher (one client), its ranked dia_ids and the latencies."""
+    """Every question through the Searcher (one client; `searcher`, else one of `embedder` alone), its
+    ranked dia_ids and the latencies."""
     engine = create_engine(settings, application_name="memstore-bench-retrieval")
     sessionmaker = create_sessionmaker(engine)
-    searcher = Searcher(settings, embedder)
+    searcher = searcher or Searcher(settings, embedder)
     ranked: list[list[str]] = []
     latencies: list[float] = []
     try:
@@ -443,6 +455,21 @@ def hit_scores(ranked: list[list[str]], expected: list[str]) -> dict[str, Any]:
     }
 
 
+def misses(language_set: dict[str, Any], ranked: list[list[str]]) -> list[dict[str, Any]]:
+    """The questions whose fact was not ranked first: the fact, its rank and the fact ranked first."""
+    texts = {f["id"]: f["text"] for f in language_set["facts"]}
+    return [
+        {
+            "question": q["text"],
+            "fact": texts[q["fact"]],
+            "rank": ids.index(q["fact"]) + 1 if q["fact"] in ids else None,
+            "first": texts.get(ids[0]) if ids else None,
+        }
+        for q, ids in zip(language_set["questions"], ranked, strict=True)
+        if not ids or ids[0] != q["fact"]
+    ]
+
+
 def _wait_applied(client: Any, chunk_ids: list[str]) -> dict[str, str]:
     """Each chunk's final status (`applied` or `failed`), waiting on the API's read-your-writes."""
     deadline = time.monotonic() + CHUNK_WAIT_S
@@ -512,7 +539,6 @@ def run_multilingual(args: argparse.Namespace) -> dict[str, Any]:
                     response.raise_for_status()
                     ranked.append([fact_of.get(r["memory"]["id"], "?") for r in response.json()["results"]])
                 expected = [q["fact"] for q in language_set["questions"]]
-                texts = {f["id"]: f["text"] for f in language_set["facts"]}
                 figures: dict[str, Any] = {
                     "facts": len(language_set["facts"]),
                     "questions": len(expected),
@@ -520,16 +546,7 @@ def run_multilingual(args: argparse.Namespace) -> dict[str, Any]:
                     "stored": sorted(set(fact_of.values()) - {"?"}, key=lambda i: int(i[1:])),
                     **hit_scores(ranked, expected),
                     "search_p50_ms": round(statistics.median(latencies), 2),
-                    "misses": [
-                        {
-                            "question": q["text"],
-                            "fact": texts[q["fact"]],
-                            "rank": ids.index(q["fact"]) + 1 if q["fact"] in ids else None,
-                            "first": texts.get(ids[0]) if ids else None,
-                        }
-                        for q, ids in zip(language_set["questions"], ranked, strict=True)
-                        if not ids or ids[0] != q["fact"]
-                    ],
+                    "misses": misses(language_set, ranked),
                 }
                 figures["missing"] = [
                     f["id"] for f in language_set["facts"] if f["id"] not in figures["stored"]
@@ -580,12 +597,216 @@ def multilingual_main() -> None:
         args.json.write_text(json.dumps(figures, indent=2, ensure_ascii=False))
 
 
+# --- Two tenants, one deployment (`--tenants`): LoCoMo on the default embedder, the sets on e5 ---
+
+MULTILINGUAL_SETS = {"few shared words": MULTILINGUAL_DATA, "everyday": MULTILINGUAL_DATA / "everyday"}
+GOAL_HIT_AT_1 = 0.9
+GOAL_HIT_AT_3 = 0.97
+GOAL_SET = "everyday"
+
+
+async def _check_vectors(
+    dsn: str, tenant_id: uuid.UUID, embedder: Embedder, other: Embedder
+) -> dict[str, Any]:
+    """One stored memory per user of the tenant against `embedder`'s vector of its text (and `other`'s,
+    which must differ): each memory's vector is its tenant's embedder's."""
+    conn = await asyncpg.connect(dsn)
+    await register_vector(conn)
+    try:
+        rows = await conn.fetch(
+            "SELECT DISTINCT ON (user_id) user_id, content, embedding FROM memories "
+            "WHERE tenant_id = $1 ORDER BY user_id, id",
+            tenant_id,
+        )
+    finally:
+        await conn.close()
+    texts = [r["content"] for r in rows]
+    stored = np.asarray([r["embedding"].to_numpy() for r in rows], dtype=np.float32)
+    own = np.asarray(await embedder.embed(texts), dtype=np.float32)
+    foreign = np.asarray(await other.embed(texts), dtype=np.float32)
+    own_cos = np.sum(stored * own, axis=1)
+    other_cos = np.sum(stored * foreign, axis=1)
+    assert np.allclose(stored, own, atol=1e-5), f"stored vectors are not {embedder.name}'s"
+    assert float(other_cos.max()) < 0.99, f"stored vectors look like {other.name}'s"
+    return {
+        "embedder": embedder.name,
+        "memories_checked": len(rows),
+        "cosine_with_own_min": round(float(own_cos.min()), 6),
+        "cosine_with_other_max": round(float(other_cos.max()), 3),
+    }
+
+
+async def tenants_main(args: argparse.Namespace) -> dict[str, Any]:
+    """One deployment (settings as configured: its embedder `onnx`), one database, one Searcher with the
+    process's `Embedders`: an English tenant on the deployment's embedder holding LoCoMo's banks, a
+    multilingual tenant created with `embedder="e5"` holding every multilingual set, one user per set
+    and language. Each bank is embedded by the embedder the Searcher resolves for its tenant."""
+    from app.domain.accounts.services import create_tenant
+    from app.embeddings import Embedders
+
+    turns, questions = load(args.data)
+    if args.conversations:
+        keep = sorted({t.conversation for t in turns})[: args.conversations]
+        turns = [t for t in turns if t.conversation in keep]
+        questions = [q for q in questions if q.conversation in keep]
+    sets = {name: load_multilingual(folder) for name, folder in MULTILINGUAL_SETS.items()}
+    facts: list[Turn] = []  # dia_id: the fact's id; conversation: its user
+    asked: list[Question] = []
+    for name, language_sets in sets.items():
+        for language_set in language_sets:
+            user = f"{name.replace(' ', '-')}-{language_set['language']}"
+            facts.extend(Turn(user, f["id"], f["text"]) for f in language_set["facts"])
+            asked.extend(
+                Question(user, q["text"], 0, frozenset([q["fact"]])) for q in language_set["questions"]
+            )
+    log(
+        f"LoCoMo: {len(turns):,} turns, {len(questions):,} questions; "
+        f"sets: {len(facts)} facts, {len(asked)} questions"
+    )
+    results: dict[str, Any] = {
+        "params": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "tenants": {},
+    }
+    data_dir = Path(tempfile.mkdtemp(prefix="memstore-bench-retrieval-"))
+    pg = EmbeddedPostgres(data_dir / "pg")
+    pg.start()
+    try:
+        await asyncio.to_thread(upgrade, pg.url())
+        settings = Settings(database_url=pg.url(), log_format="console")
+        results["settings"] = {
+            "embedder": settings.embedder,
+            "tenant_embedders": settings.tenant_embedders,
+            "search_fusion": settings.search_fusion,
+            "search_vector_weight": settings.search_vector_weight,
+            "mode": "hybrid",
+        }
+        embedders = Embedders(settings)
+        searcher = Searcher(settings, embedders.default, embedders=embedders)
+        engine = create_engine(settings, application_name="memstore-bench-retrieval")
+        sessionmaker = create_sessionmaker(engine)
+        try:
+            async with sessionmaker() as session, session.begin():
+                english, _ = await create_tenant(session, "english")
+                multilingual, _ = await create_tenant(session, "multilingual", embedder="e5")
+            async with sessionmaker() as session:
+                english_embedder = await searcher.tenant_embedder(session, english.id)
+                multilingual_embedder = await searcher.tenant_embedder(session, multilingual.id)
+        finally:
+            await engine.dispose()
+        assert english_embedder is embedders.default, english_embedder.name
+        assert multilingual_embedder is embedders.get("e5") is not english_embedder, (
+            multilingual_embedder.name
+        )
+        banks = {
+            "english": (english.id, english_embedder, turns, questions),
+            "multilingual": (multilingual.id, multilingual_embedder, facts, asked),
+        }
+        dia_of: dict[str, dict[uuid.UUID, str]] = {}
+        for tenant, (tenant_id, embedder, memories, _) in banks.items():
+            log(f"{tenant}: embedding {len(memories):,} memories with {embedder.name}")
+            dia_of[tenant], throughput = await load_bank(pg.dsn(), embedder, tenant_id, memories, args.batch)
+            log(f"  {throughput}")
+            other = multilingual_embedder if embedder is english_embedder else english_embedder
+            results["tenants"][tenant] = {
+                "embedder": embedder.name,
+                "embedding": throughput,
+                "vectors": await _check_vectors(pg.dsn(), tenant_id, embedder, other),
+            }
+        rankings: dict[str, tuple[list[list[str]], dict[str, float]]] = {}
+        for tenant, (tenant_id, embedder, _, tenant_questions) in banks.items():
+            log(f"{tenant}: asking {len(tenant_questions):,} questions (hybrid)")
+            rankings[tenant] = await ask_all(
+                settings,
+                embedder,
+                tenant_id,
+                tenant_questions,
+                dia_of[tenant],
+                "hybrid",
+                args.depth,
+                searcher,
+            )
+        ranked, latency = rankings["english"]
+        results["tenants"]["english"]["locomo"] = {"scores": scores(ranked, questions), "latency": latency}
+        log(f"english: {results['tenants']['english']['locomo']['scores']['categories 1-4']}")
+        ranked, latency = rankings["multilingual"]
+        ranked_of: dict[str, list[list[str]]] = defaultdict(list)
+        for question, ids in zip(asked, ranked, strict=True):
+            ranked_of[question.conversation].append(ids)
+        per_set: dict[str, dict[str, Any]] = {}
+        for name, language_sets in sets.items():
+            per_set[name] = {}
+            for language_set in language_sets:
+                user = f"{name.replace(' ', '-')}-{language_set['language']}"
+                mine = ranked_of[user]
+                expected = [q["fact"] for q in language_set["questions"]]
+                figures = {"facts": len(language_set["facts"]), "questions": len(expected)}
+                figures |= hit_scores(mine, expected) | {"misses": misses(language_set, mine)}
+                per_set[name][language_set["language"]] = figures
+                shown = {k: figures[k] for k in ("hit_at_1", "hit_at_3", "mrr")}
+                log(f"{name} {language_set['language']}: {shown}")
+        results["tenants"]["multilingual"]["sets"] = per_set
+        results["tenants"]["multilingual"]["latency"] = latency
+        await embedders.aclose()
+    finally:
+        pg.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return results
+
+
+def report_tenants(results: dict[str, Any]) -> None:
+    english, multilingual = results["tenants"]["english"], results["tenants"]["multilingual"]
+    s = english["locomo"]["scores"]["categories 1-4"]
+    print(
+        f"\n== one deployment (embedder {results['settings']['embedder']}), two tenants, hybrid search ==\n"
+        f"english ({english['embedder']}): LoCoMo categories 1-4 R@5 {s['recall_at_5']} "
+        f"R@10 {s['recall_at_10']} MRR {s['mrr']} (p50 {english['locomo']['latency']['p50_ms']} ms)"
+    )
+    print(f"multilingual ({multilingual['embedder']}): hit@1 / hit@3 / MRR")
+    for name, languages in multilingual["sets"].items():
+        cells = "  ".join(
+            f"{language} {f['hit_at_1']:.3f} / {f['hit_at_3']:.3f} / {f['mrr']:.3f}"
+            for language, f in languages.items()
+        )
+        print(f"  {name:<17} {cells}")
+    for language, f in multilingual["sets"].get(GOAL_SET, {}).items():
+        met = f["hit_at_1"] >= GOAL_HIT_AT_1 and f["hit_at_3"] >= GOAL_HIT_AT_3
+        print(
+            f"  {GOAL_SET} {language}: hit@1 {f['hit_at_1']} (goal >= {GOAL_HIT_AT_1}), "
+            f"hit@3 {f['hit_at_3']} (goal >= {GOAL_HIT_AT_3}): {'met' if met else 'NOT met'}"
+        )
+    for tenant in (english, multilingual):
+        print(f"vectors: {tenant['vectors']}")
+
+
+def tenants_cli() -> None:
+    parser = argparse.ArgumentParser(
+        description="One deployment, two tenants: LoCoMo on onnx, the sets on e5"
+    )
+    parser.add_argument("--tenants", action="store_true", required=True)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo's locomo10.json")
+    parser.add_argument("--conversations", type=int, default=0, help="only the first N (0: all)")
+    parser.add_argument("--depth", type=int, default=50, help="results asked for (MRR's horizon)")
+    parser.add_argument("--batch", type=int, default=64, help="texts per embed() call when loading")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if not args.data.is_file():
+        print(f"no LoCoMo data at {args.data}: nothing measured")
+        return
+    figures = asyncio.run(tenants_main(args))
+    report_tenants(figures)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2, ensure_ascii=False))
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--replot":  # --replot FIGURES.json OUT.png
         plot(json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3]))
         sys.exit(0)
     if "--multilingual" in sys.argv[1:]:
         multilingual_main()
+        sys.exit(0)
+    if "--tenants" in sys.argv[1:]:
+        tenants_cli()
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
