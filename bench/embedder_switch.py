@@ -11,9 +11,10 @@ tenants create`: A holds `--memories` memories (10,000) over 100 users, B `--b-m
    and B writes (a chunk every 0.5 s, one message, each to a fresh user): B's search p50/p99 and its
    chunks' latency from received to applied (the database's timestamps), p50/p99;
 2. during: A asks for `e5` (`PATCH /v1/admin/settings`); until the move is over, B goes on as before
-   while A searches every 0.5 s (the answers' status and error code are counted) and posts a chunk
-   every 2 s (they wait, queued); the move's time from the request to its end (the audit events'
-   times) and its walk's (from the settle's end), memories re-embedded per second, CPU by process;
+   while A searches every 0.5 s (the answers' status and error code are counted) and posts
+   `--a-chunks` chunks (20), one every 2 s (they wait, queued); the move's time from the request to its
+   end (the audit events' times) and its walk's (from the settle's end), memories re-embedded per
+   second, CPU by process, and the claims of A's waiting chunks that were refused (`chunk.outage`);
 3. after: B for `--phase-s` again; A's first search answered (200) and when; A's waiting chunks
    applied, and how long after the move's end the last one was.
 
@@ -24,7 +25,8 @@ a new vector, and a sample of them, with every memory its waiting chunks wrote, 
 gives its text; B's seeded vectors are untouched and B's new memories have `onnx`'s.
 
 Usage: python bench/embedder_switch.py [--memories 10000] [--b-memories 1000] [--phase-s 30]
-                                       [--settle 2] [--quick] [--json out.json] [--env MEMSTORE_X=V ...]
+                                       [--a-chunks 20] [--settle 2] [--quick] [--json out.json]
+                                       [--env MEMSTORE_X=V ...]
 `--quick`: 1,000 memories for A, 200 for B, phases of 10 s.
 """
 
@@ -130,10 +132,10 @@ class Traffic:
             await asyncio.sleep(every_s)  # a client's pace: time itself must pass
 
     async def chunk_loop(
-        self, client: httpx.AsyncClient, tenant: str, headers: dict[str, str], every_s: float
+        self, client: httpx.AsyncClient, tenant: str, headers: dict[str, str], every_s: float, most: int = -1
     ) -> None:
         n = 0
-        while not self.stop.get(tenant + "-chunk"):
+        while not self.stop.get(tenant + "-chunk") and n != most:
             user, content = f"{tenant}-w{n}", f"{statement(1_000_000 + n)} Written by {tenant}."
             phase, at = self.phase, time.time()
             body = {"user_id": user, "messages": [{"role": "user", "content": content}]}
@@ -246,7 +248,12 @@ async def measure(args: argparse.Namespace, problems: list[str]) -> dict[str, An
         **settings_of(args.env),
     }
     result: dict[str, Any] = {"memories_a": args.memories, "memories_b": args.b_memories}
-    result |= {"settle_s": args.settle, "workers": args.workers, "phase_s": args.phase_s}
+    result |= {
+        "settle_s": args.settle,
+        "workers": args.workers,
+        "phase_s": args.phase_s,
+        "a_chunks": args.a_chunks,
+    }
     with running_stack(workers=args.workers, log_level=args.log_level, env_overrides=env) as stack:
         heads = {name: create_tenant(stack, name) for name in ("a", "b")}
         conn = await asyncpg.connect(stack.dsn)
@@ -280,7 +287,9 @@ async def measure(args: argparse.Namespace, problems: list[str]) -> dict[str, An
             traffic.phase = "during"
             loops += [
                 asyncio.create_task(traffic.search_loop(client, "a", heads["a"], A_USERS, A_SEARCH_EVERY_S)),
-                asyncio.create_task(traffic.chunk_loop(client, "a", heads["a"], A_CHUNK_EVERY_S)),
+                asyncio.create_task(
+                    traffic.chunk_loop(client, "a", heads["a"], A_CHUNK_EVERY_S, args.a_chunks)
+                ),
             ]
             over_at, seen = await wait_move(client, heads["a"], conn, tenants["a"], args.timeout)
             cpu_move = (CpuByRole.snapshot(stack.family()) - cpu_before).seconds
@@ -511,6 +520,12 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=10_000, help="tenant A's memories (moved)")
     parser.add_argument("--b-memories", type=int, default=1_000, help="tenant B's memories")
     parser.add_argument("--phase-s", type=float, default=30.0, help="seconds of B's traffic before and after")
+    parser.add_argument(
+        "--a-chunks",
+        type=int,
+        default=20,
+        help="chunks A posts during its move, one every 2 s (-1: until the move is over)",
+    )
     parser.add_argument("--settle", type=float, default=2.0, help="MEMSTORE_EMBEDDER_SWITCH_SETTLE_S")
     parser.add_argument("--timeout", type=float, default=1800.0, help="longest the move may take")
     parser.add_argument(
