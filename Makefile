@@ -133,6 +133,10 @@ bench-vs-mem0: $(STAMP) ## Memstore beside Mem0 OSS 2.2.1 (in .bench-venvs/mem0)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/vs_mem0/run.py --json docs/vs-mem0.json --plot docs/vs-mem0.png
 
+.PHONY: bench-citus
+bench-citus: $(STAMP) ## Opt-in: one Postgres against a local Citus cluster (a coordinator, two workers), back to back; needs `make citus` and wrk
+	$(BIN)/python bench/cluster.py
+
 # Citus (opt-in): built into a copy of the embedded Postgres 16, so `memstore up --citus-workers N` can
 # run a coordinator and N workers. CITUS_SRC is a Citus source tree (v13.2.2 or another release that
 # supports Postgres 16), e.g. `git clone --depth 1 --branch v13.2.2 https://github.com/citusdata/citus`.
