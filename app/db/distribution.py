@@ -15,7 +15,9 @@ And one of the service role, on every node: `citus.allow_nested_distributed_exec
 policies run `memstore_visible_tenants()` on the shards, and it reads `tenants` (the shadow banks): on
 a worker that is a query of a reference table from within a shard's query, which Citus refuses
 otherwise. Every node holds a copy of a reference table, so the read is local and sees what the
-coordinator sees.
+coordinator sees. And `citus.override_table_visibility = off` for it: the service reads the catalog
+(asyncpg's type introspection on every new connection) where there is no shard to hide, and hiding
+them cost a second a type (`ROLE_SETTINGS`).
 
 The row-level security policies (migration 0008) read the visible tenants through a scalar subquery,
 `(SELECT memstore_visible_tenants())`, so Postgres runs the function once per statement (an InitPlan).
@@ -127,7 +129,15 @@ _KEYS_TO = text(
     "   AND k.confrelid::regclass::text = ANY (:to)"
     " ORDER BY 1, 2"
 )
-ROLE_SETTINGS = {"citus.allow_nested_distributed_execution": "on"}
+# The service role's, on every node (Citus passes ALTER ROLE … SET on): the nested reads of its policies
+# (the module's docstring), and the catalog read as it is: with `override_table_visibility` on, Citus
+# checks every row of pg_class a query reads for a shard to hide, and asyncpg's type introspection,
+# which every new connection runs for each type it meets first (vector, …), took 0.4-1.2 s a type on the
+# coordinator, 3 ms without; the coordinator holds no shard to hide.
+ROLE_SETTINGS = {
+    "citus.allow_nested_distributed_execution": "on",
+    "citus.override_table_visibility": "off",
+}
 _ROLE_SETTING = text(
     "SELECT split_part(s, '=', 2) FROM pg_db_role_setting r, unnest(r.setconfig) AS s"
     " WHERE r.setdatabase = 0 AND r.setrole = (SELECT oid FROM pg_roles WHERE rolname = :role)"
