@@ -264,3 +264,14 @@ async def test_an_llm_writer_profile_against_the_fake_model(service: Service) ->
     ).json()
     version = history["versions"][0]
     assert (version["writer"], version["model"], version["profile"]) == ("hy", "hy-memory", "hy-memory")
+
+
+async def test_the_service_reads_the_catalog_without_hiding_shards(cluster: Cluster) -> None:
+    """A new connection's type introspection (asyncpg's, for `vector` and the rest) reads pg_class; with
+    Citus hiding shards it took about a second a type on the coordinator, every new connection."""
+    conn = await cluster.connect(cluster.coordinator, user="memstore_service")
+    try:
+        assert await conn.fetchval("SHOW citus.override_table_visibility") == "off"
+        assert await conn.fetchval("SHOW citus.allow_nested_distributed_execution") == "on"
+    finally:
+        await conn.close()
