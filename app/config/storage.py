@@ -27,6 +27,17 @@ class StorageSettings(BaseModel):
     db_pool_size: int = Field(default=10, description="Connections kept open per process.")
     db_max_overflow: int = Field(default=10, description="Extra connections allowed under burst.")
     db_connect_timeout_s: float = Field(default=5.0, description="Seconds to wait for a new DB connection.")
+    db_keepalive_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds after which a DB connection whose peer stopped answering (a host lost, a "
+        "link cut without a word) is dropped, by both ends: TCP keepalives and tcp_user_timeout on the "
+        "service's sockets, and the same sent to Postgres as startup parameters (tcp_keepalives_idle, "
+        "tcp_keepalives_interval, tcp_keepalives_count, tcp_user_timeout), so a lost worker's backends "
+        "and advisory locks go in seconds, not hours. 0 = none (the system's defaults); a pooler that "
+        "refuses unknown startup parameters (PgBouncer) needs those four in its "
+        "ignore_startup_parameters, or 0.",
+    )
 
     @field_validator("database_url", "admin_database_url")
     @classmethod
