@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
@@ -154,6 +154,22 @@ def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
     except Exception as exc:
         raise DisconnectionError(f"a pooled connection failed its ping: {exc}") from exc
     record.info[tenancy.ALIVE_AT] = now
+
+
+async def why_unreachable(settings: Settings, application_name: str, timeout_s: float) -> str | None:
+    """None if Postgres answers a new connection of its own (`SELECT 1`) within `timeout_s`, else what
+    stopped it. The pool is left alone: its connections may all be busy, or dead without knowing it."""
+    engine = create_engine(
+        settings.model_copy(update={"db_pool_size": 1}), application_name, pre_ping=False, overflow=False
+    )
+    try:
+        async with asyncio.timeout(timeout_s), engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+    except (SQLAlchemyError, OSError) as exc:  # TimeoutError is an OSError
+        return type(exc).__name__
+    finally:
+        await engine.dispose()
+    return None
 
 
 async def warn_if_bypassing_row_security(engine: AsyncEngine) -> None:
