@@ -313,12 +313,40 @@ _CODE_BY_STATUS = {
 }
 
 
+# What a server that answered says when it cannot reach the rows for want of a server: a connection
+# exception (class 08; a Citus coordinator that cannot reach the worker holding a shard: "connection to
+# the remote node … failed"), or a server shutting down or starting up (57P01-57P03, a worker's passed on
+# by the coordinator while the coordinator's connection stays open).
+_NODE_OUTAGE_SQLSTATES = ("08", "57P01", "57P02", "57P03")
+# Citus's word, as an internal error (XX000), for a worker lost in the middle of a transaction.
+_NODE_LOST = "failure on connection marked as essential"
+
+
+def _sqlstate(exc: BaseException) -> str:
+    return str(getattr(getattr(exc, "orig", None), "sqlstate", None) or "")
+
+
 def is_db_outage(exc: BaseException) -> bool:
-    """A fault of the database connection (unreachable, dropped, pool exhausted), not of the statement:
-    retrying the same work later can succeed, and splitting it up cannot help."""
+    """A fault of the database connection (unreachable, dropped, pool exhausted), or of a node of the
+    database (`is_node_outage`), not of the statement: retrying the same work later can succeed."""
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True
-    return isinstance(exc, OperationalError | InterfaceError | PoolTimeoutError | OSError)
+    return is_node_outage(exc) or isinstance(
+        exc, OperationalError | InterfaceError | PoolTimeoutError | OSError
+    )
+
+
+def is_node_outage(exc: BaseException) -> bool:
+    """An outage of part of the database: the server answered, but the statement needed a server it
+    could not reach (on a Citus cluster, the worker holding a tenant's shards). Other work, of tenants
+    whose shards are elsewhere, can succeed meanwhile: a batch of several tenants that meets it is
+    split, where a lost connection fails the whole batch."""
+    if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
+        return False
+    sqlstate = _sqlstate(exc)
+    return sqlstate.startswith(_NODE_OUTAGE_SQLSTATES) or (
+        sqlstate == "XX000" and _NODE_LOST in str(exc.orig)
+    )
 
 
 def data_error(exc: BaseException) -> ApiError | None:
@@ -392,7 +420,7 @@ def database_unavailable_handler(_: Request[Any, Any, Any], exc: Exception) -> R
     """Postgres unreachable: tell the client to retry instead of failing with a bare 500."""
     if not is_db_outage(exc):  # a statement's own error (a constraint, a data error): not an outage
         return internal_error_handler(_, exc)
-    log.warning("db.unavailable", error=type(exc).__name__)
+    log.warning("db.unavailable", error=type(exc).__name__, sqlstate=_sqlstate(exc) or None)
     return error_response(
         HTTP_503_SERVICE_UNAVAILABLE,
         "unavailable",

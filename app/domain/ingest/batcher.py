@@ -57,6 +57,7 @@ from app.lib.errors import (
     Unavailable,
     data_error,
     is_db_outage,
+    is_node_outage,
 )
 from app.lib.queue import JobQueue, ScriptCall
 from app.lib.ratelimit import NO_LIMIT, Limit, RateLimiter
@@ -252,9 +253,10 @@ class IngestBatcher:
 
     async def _write_alone(self, batch: list[_Request], exc: Exception) -> list[ScriptCall]:
         """The batch failed: if the database is reachable, write each request in a transaction of its
-        own, so that only a request that fails alone gets an error."""
+        own, so that only a request that fails alone gets an error (a node of a cluster down fails the
+        requests of its tenants, not the others')."""
         open_requests = [r for r in batch if not r.future.done()]
-        if len(open_requests) == 1 or is_db_outage(exc):
+        if len(open_requests) == 1 or (is_db_outage(exc) and not is_node_outage(exc)):
             for request in open_requests:
                 _fail_request(request, data_error(exc) or exc)
             return []

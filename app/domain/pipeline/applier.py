@@ -36,7 +36,7 @@ from app.domain.pipeline.repositories import ChunkRow, PipelineRepository
 from app.domain.provenance.repositories import WriterViewRepository
 from app.domain.webhooks.events import Announcement, announce, chunk_fields
 from app.lib import metrics, tracing
-from app.lib.errors import is_db_outage
+from app.lib.errors import is_db_outage, is_node_outage
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -126,7 +126,7 @@ class Applier:
         try:
             outcomes = await self._commit([w.result for w in batch])
         except Exception as exc:  # noqa: BLE001  (each result gets its own chance, or its own error)
-            if len(batch) == 1 or is_db_outage(exc):
+            if len(batch) == 1 or (is_db_outage(exc) and not is_node_outage(exc)):
                 for waiting in batch:  # the database is away: every job retries later
                     _settle(waiting, exc=exc)
                 return
