@@ -34,10 +34,11 @@ cluster") is moved with it, and the coordinator's own copy of its rows emptied i
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import Engine, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.db.tenancy import SERVICE_ROLE
 
@@ -187,6 +188,25 @@ async def is_distributed(engine: AsyncEngine) -> bool:
         if await conn.scalar(_CITUS) is None:
             return False
         return bool(await conn.scalar(_HAS_DISTRIBUTED))
+
+
+# What `session_is_distributed` found, per engine (the engines of a process are few and long-lived).
+_DISTRIBUTED: weakref.WeakKeyDictionary[Engine, bool] = weakref.WeakKeyDictionary()
+
+
+async def session_is_distributed(session: AsyncSession) -> bool:
+    """`is_distributed` for the database of `session`, asked in its transaction the first time only
+    (one statement per engine on one Postgres, two on a cluster); a database distributed while the
+    process runs is taken for what it was when first asked."""
+    engine = session.get_bind()
+    if not isinstance(engine, Engine):
+        engine = engine.engine
+    known = _DISTRIBUTED.get(engine)
+    if known is None:
+        conn = await session.connection()
+        known = await conn.scalar(_CITUS) is not None and bool(await conn.scalar(_HAS_DISTRIBUTED))
+        _DISTRIBUTED[engine] = known
+    return known
 
 
 async def _set_database_settings(conn: AsyncConnection, *, apply: bool = True) -> list[str]:

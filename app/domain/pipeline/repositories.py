@@ -146,7 +146,10 @@ _CLAIM_LATER = _claim_statement(_LATER)
 _CLAIM_FIRST_ON_CLUSTER = _claim_statement(_FIRST, _LOCK_HELD_GIVEN)
 _CLAIM_LATER_ON_CLUSTER = _claim_statement(_LATER, _LOCK_HELD_GIVEN)
 # Fenced by the claim: a chunk this worker lost its lock on, and another worker took since, is not
-# touched (its `attempts` moved on). Many chunks in one statement: the workers apply in groups.
+# touched (its `attempts` moved on). Many chunks in one statement: the workers apply in groups. The
+# batch's tenants are also named as values (`= ANY`): a Citus cluster cannot prune shards by a join to
+# `unnest`, and would send the UPDATE to every shard of every node, so one worker down failed every
+# tenant's apply; named, it reaches only the batch's tenants' shards.
 #
 # Each row is named by scope, seq and id, which every index of `chunks` finds in one entry, and its
 # status is checked as `<> ALL(queued, applied, failed)`: 'processing', the one other value the CHECK
@@ -163,6 +166,7 @@ _MARK_APPLIED = text(
     " WHERE chunks.tenant_id = u.tenant_id AND chunks.user_id = u.user_id AND chunks.seq = u.seq"
     " AND chunks.id = u.id AND chunks.attempts = u.attempt"
     " AND chunks.status <> ALL ('{queued,applied,failed}')"
+    " AND chunks.tenant_id = ANY (CAST(:p_tenant_ids AS uuid[]))"
     " RETURNING chunks.id"
 )
 _HAS_READY = select(_c.id).where(*_SCOPE, _UNFINISHED, _c.available_at <= func.now()).limit(1)

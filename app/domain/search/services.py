@@ -341,13 +341,19 @@ class Searcher:
 
 
 async def record_embedder(session: AsyncSession, embedder: Embedder) -> EmbeddingConfig:
-    """The stored embedder record (created for `embedder` if there is none); raises on a mismatch."""
-    await session.execute(
-        insert(EmbeddingConfig)
-        .values(id=1, name=embedder.name, dim=embedder.dim)
-        .on_conflict_do_nothing(index_elements=["id"])
-    )
+    """The stored embedder record (created for `embedder` if there is none); raises on a mismatch.
+
+    Read first, written only when missing: on a Citus cluster the record is a reference table's row,
+    which a write reaches on every node (an INSERT … ON CONFLICT DO NOTHING too), so with one worker
+    down every search would fail; a read is answered by the coordinator's own copy."""
     config = await session.scalar(select(EmbeddingConfig).where(EmbeddingConfig.id == 1))
+    if config is None:
+        await session.execute(
+            insert(EmbeddingConfig)
+            .values(id=1, name=embedder.name, dim=embedder.dim)
+            .on_conflict_do_nothing(index_elements=["id"])
+        )
+        config = await session.scalar(select(EmbeddingConfig).where(EmbeddingConfig.id == 1))
     assert config is not None
     if embedder.name not in {config.name, config.target_name}:
         msg = (

@@ -14,6 +14,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.arrays import as_columns
+from app.db.distribution import session_is_distributed
 from app.db.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 
 # The outbox in one statement (see `OutboxRepository.announce`). Items of tenants without an enabled
@@ -21,8 +22,11 @@ from app.db.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 # Each item's events, in order: the versions its changeset wrote (by version row), the reviews it held,
 # then its own event. The INSERT's rows come sorted, so `seq` follows that order. On a Citus cluster:
 # the tenants' enabled endpoints are read once (`hook`, a query of their shards), as a correlated
-# subquery over `unnest` cannot be pushed down; the deliveries' INSERT returns its ids, so it is written
-# by INSERT on the shards, not by COPY, which row-level security refuses.
+# subquery over `unnest` cannot be pushed down; the versions and reviews joined to the items name the
+# batch's tenants as values too (`= ANY`), as a join to `unnest` prunes no shard (every shard of both was
+# read); the deliveries' INSERT returns its ids, so it is written by INSERT on the shards, not by COPY,
+# which row-level security refuses. Its INSERT … SELECT from the other CTEs still reaches every node:
+# on a cluster it runs only for tenants with an enabled endpoint (`OutboxRepository.announce`).
 _ANNOUNCE = text(
     """
     WITH hook AS MATERIALIZED (
@@ -47,6 +51,7 @@ _ANNOUNCE = text(
                    'superseded_by', v.superseded_by, 'content', v.content
                ) AS data
         FROM item i JOIN memory_versions v ON v.changeset_id = i.changeset_id AND v.tenant_id = i.tenant_id
+        WHERE v.tenant_id = ANY (:tenant_id)
         UNION ALL
         SELECT i.n, 1, r.op_index, r.tenant_id, r.user_id::text, 'review.held',
                jsonb_build_object(
@@ -56,6 +61,7 @@ _ANNOUNCE = text(
                )
         FROM item i JOIN reviews r
             ON r.tenant_id = i.tenant_id AND r.status = 'pending' AND r.changeset_id = i.changeset_id
+        WHERE r.tenant_id = ANY (:tenant_id)
         UNION ALL
         SELECT i.n, 2, 0, i.tenant_id, i.user_id, i.type, i.data::jsonb FROM item i WHERE i.type IS NOT NULL
     ), event AS (
@@ -82,6 +88,16 @@ _ANNOUNCE = text(
     bindparam("type", type_=ARRAY(Text)),
     bindparam("data", type_=ARRAY(Text)),
     bindparam("changeset_id", type_=ARRAY(UUID(as_uuid=True))),
+)
+
+# The tenants of a batch with an enabled endpoint, named as values (`= ANY`): one query of their shards.
+_HOOKED = (
+    select(WebhookEndpoint.tenant_id)
+    .where(
+        WebhookEndpoint.tenant_id == func.any(bindparam("tenant_ids", type_=ARRAY(UUID(as_uuid=True)))),
+        WebhookEndpoint.enabled,
+    )
+    .distinct()
 )
 
 # The due heads of the tenant's (endpoint, user) queues, claimed: a lease (`next_attempt_at` moved past
@@ -174,6 +190,16 @@ class OutboxRepository:
         endpoint that wants one, in the caller's transaction: one statement."""
         if not items:
             return
+        if await session_is_distributed(self.session):
+            # On a Citus cluster the outbox statement (its INSERT … SELECT from the other CTEs) reaches
+            # every node, whatever its tenants: run it only for tenants with an enabled endpoint, found
+            # first on their own shards, so the applies and edits of the others go on while a worker
+            # is down. One Postgres: one statement as before.
+            tenant_ids = sorted({item["tenant_id"] for item in items})
+            hooked = set(await self.session.scalars(_HOOKED, {"tenant_ids": tenant_ids}))
+            items = [item for item in items if item["tenant_id"] in hooked]
+            if not items:
+                return
         columns = as_columns(
             items, ("n", "tenant_id", "user_id", "type", "data", "changeset_id"), json=("data",)
         )
