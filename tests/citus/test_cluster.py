@@ -293,3 +293,17 @@ async def test_a_scoped_search_reaches_one_shard(cluster: Cluster, bank: Bank, m
 
     servers, groups = await _shards_reached(cluster, bank.settings, t.id, search)
     assert (len(servers), len(groups)) == (1, 1), (servers, groups)
+
+
+async def test_the_near_duplicate_probe_of_a_batch_of_several_tenants(bank: Bank) -> None:
+    """The group commit's probe for a batch of several tenants: one statement, a branch a tenant, each
+    branch its tenant's memories alone."""
+    settings_embedder = embedder_from_settings(bank.settings)
+    picked = bank.tenants[7:10]
+    vectors = await settings_embedder.embed([f"The user lives in {t.city}." for t in picked])
+    items = [(t.id, "ada", v) for t, v in zip(picked, vectors, strict=True)]
+    async with AsyncSession(bank.engine) as session:
+        found = await MemoryRepository(session).closest_active(items, k=2)
+    for t, nearest in zip(picked, found, strict=True):
+        assert [content for _, _, content in nearest] == [f"The user lives in {t.city}."]
+        assert nearest[0][1] > 0.99

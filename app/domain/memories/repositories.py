@@ -34,6 +34,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import vector_text
+from app.db.distribution import session_is_distributed
 from app.db.models import Changeset, Memory, MemoryVersion
 
 MEMORIES = cast("Table", Memory.__table__)
@@ -265,7 +266,8 @@ def effective_embedding(tenant_id: Any, memory_id: Any, version: Any) -> Any:
 # expired memory is not one: what it said may be said again, and stored.
 # Each tenant a branch naming it as a value, all in one statement: on a Citus cluster each branch is a
 # query of that tenant's shard alone (a lateral join correlated to a tenant read from `unnest` cannot be
-# pushed down), and one Postgres still answers a batch of several tenants in one round trip.
+# pushed down), and one Postgres still answers a batch of several tenants in one round trip (a cluster
+# refuses such a union of branches: there, a statement a tenant, `MemoryRepository.closest_active`).
 _CLOSEST_BRANCH = (
     "SELECT q.ord, m.id, m.distance, m.content"
     " FROM unnest(CAST(:u{i} AS text[]), CAST(CAST(:v{i} AS text[]) AS vector[]),"
@@ -424,8 +426,17 @@ class MemoryRepository:
                 f"v{n}": [vector_text(items[i][2]) for i in ords],
                 f"o{n}": ords,
             }
-        statement = closest_active_statement(len(by_tenant))
-        for ord_, memory_id, distance, content in await self.session.execute(statement, params):
+        if len(by_tenant) > 1 and await session_is_distributed(self.session):
+            # A cluster refuses the branches in one statement ("UNION/INTERSECT/EXCEPT could not convert
+            # type text to integer", Citus 13.2): a statement a tenant, each routed to its shard.
+            rows = []
+            for n in range(len(by_tenant)):
+                one = {"k": k, "t0": params[f"t{n}"], "u0": params[f"u{n}"], "v0": params[f"v{n}"]}
+                one["o0"] = params[f"o{n}"]
+                rows += list(await self.session.execute(closest_active_statement(1), one))
+        else:
+            rows = list(await self.session.execute(closest_active_statement(len(by_tenant)), params))
+        for ord_, memory_id, distance, content in rows:
             found[ord_].append((memory_id, 1.0 - float(distance), content))
         return found
 
