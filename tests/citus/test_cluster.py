@@ -296,8 +296,8 @@ async def test_a_scoped_search_reaches_one_shard(cluster: Cluster, bank: Bank, m
 
 
 async def test_the_near_duplicate_probe_of_a_batch_of_several_tenants(bank: Bank) -> None:
-    """The group commit's probe for a batch of several tenants: one statement, a branch a tenant, each
-    branch its tenant's memories alone."""
+    """The group commit's probe for a batch of several tenants (on a cluster, a statement a tenant),
+    each tenant's memories alone."""
     settings_embedder = embedder_from_settings(bank.settings)
     picked = bank.tenants[7:10]
     vectors = await settings_embedder.embed([f"The user lives in {t.city}." for t in picked])
