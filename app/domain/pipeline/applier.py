@@ -8,9 +8,10 @@ arrives while that transaction runs is applied together in the next, so the batc
 and an idle worker adds no wait. A batch is a handful of bulk statements (`apply_many`), whatever
 its size, and a changeset's rows are the same as when applied alone.
 
-Each chunk still commits exactly once and in its scope's order: its scope's next chunk is claimed
-only after its apply returns. If a batch fails, each of its chunks is applied alone, so one bad
-result never holds back the others.
+On a Citus cluster a batch is one tenant's results (`tenant_a_batch`), so each transaction stays on
+the node of that tenant's shards. Each chunk still commits exactly once and in its scope's order: its
+scope's next chunk is claimed only after its apply returns. If a batch fails, each of its chunks is
+applied alone, so one bad result never holds back the others.
 
 A result comes with the vectors of its texts, embedded before it was handed over: a batch's
 transaction locks chunks and memories, and never waits on a model server while it does.
@@ -72,10 +73,15 @@ class _Waiting:
 class Applier:
     """One per worker process; `apply` may be awaited by any number of scope jobs at once."""
 
-    def __init__(self, engine: AsyncEngine, actor: str, max_batch: int = 64) -> None:
+    def __init__(
+        self, engine: AsyncEngine, actor: str, max_batch: int = 64, *, tenant_a_batch: bool = False
+    ) -> None:
         self.engine = engine
         self.actor = actor
         self.max_batch = max_batch
+        # On a Citus cluster, a transaction a tenant: one that holds several tenants' rows reaches
+        # several nodes (a two-phase commit), and Citus refuses its row locks across them.
+        self.tenant_a_batch = tenant_a_batch
         self._waiting: list[_Waiting] = []
         self._flusher: asyncio.Task[None] | None = None
 
@@ -114,7 +120,15 @@ class Applier:
             while self._waiting:
                 await asyncio.sleep(0)  # results that became ready in this same turn join the batch
                 batch, self._waiting = self._waiting[: self.max_batch], self._waiting[self.max_batch :]
-                await self._apply_batch(batch)
+                if not self.tenant_a_batch:
+                    await self._apply_batch(batch)
+                    continue
+                by_tenant: dict[uuid.UUID, list[_Waiting]] = {}
+                for waiting in batch:
+                    by_tenant.setdefault(waiting.result.chunk.tenant_id, []).append(waiting)
+                for part in by_tenant.values():
+                    await self._apply_batch(part)
+                    batch = [w for w in batch if w not in part]
         finally:  # cancelled (the loop is closing): nobody may wait forever
             for waiting in [*batch, *self._waiting]:
                 _settle(waiting, exc=ApplyInterruptedError("the worker stopped before the apply"))

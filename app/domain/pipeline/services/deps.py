@@ -183,7 +183,7 @@ class PipelineDeps:
         self.outage = OutageClock(self.settings)
         self.policy = LimitsPolicy(self.settings, self.writers)
         self.locks = ScopeLocks(self.engine)
-        self.applier = Applier(self.engine, self.actor)
+        self.applier = Applier(self.engine, self.actor, tenant_a_batch=self.distributed)
         self.reads = (
             self.engine if self.distributed else self.engine.execution_options(isolation_level="AUTOCOMMIT")
         )
