@@ -35,6 +35,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.arrays import as_columns
+from app.db.distribution import session_is_distributed
 from app.db.models import Chunk, Tenant
 from app.domain.pipeline.locks import Lease
 
@@ -146,10 +147,11 @@ _CLAIM_LATER = _claim_statement(_LATER)
 _CLAIM_FIRST_ON_CLUSTER = _claim_statement(_FIRST, _LOCK_HELD_GIVEN)
 _CLAIM_LATER_ON_CLUSTER = _claim_statement(_LATER, _LOCK_HELD_GIVEN)
 # Fenced by the claim: a chunk this worker lost its lock on, and another worker took since, is not
-# touched (its `attempts` moved on). Many chunks in one statement: the workers apply in groups. The
-# batch's tenants are also named as values (`= ANY`): a Citus cluster cannot prune shards by a join to
-# `unnest`, and would send the UPDATE to every shard of every node, so one worker down failed every
-# tenant's apply; named, it reaches only the batch's tenants' shards.
+# touched (its `attempts` moved on). Many chunks in one statement: the workers apply in groups. On a
+# Citus cluster the batch's tenants are also named as values (`= ANY`, `_MARK_APPLIED_ON_CLUSTER`): it
+# cannot prune shards by a join to `unnest`, and would send the UPDATE to every shard of every node, so
+# one worker down failed every tenant's apply; named, it reaches only the batch's tenants' shards. One
+# Postgres goes without: given `= ANY`, its planner may read every unfinished chunk of those tenants.
 #
 # Each row is named by scope, seq and id, which every index of `chunks` finds in one entry, and its
 # status is checked as `<> ALL(queued, applied, failed)`: 'processing', the one other value the CHECK
@@ -166,8 +168,12 @@ _MARK_APPLIED = text(
     " WHERE chunks.tenant_id = u.tenant_id AND chunks.user_id = u.user_id AND chunks.seq = u.seq"
     " AND chunks.id = u.id AND chunks.attempts = u.attempt"
     " AND chunks.status <> ALL ('{queued,applied,failed}')"
-    " AND chunks.tenant_id = ANY (CAST(:p_tenant_ids AS uuid[]))"
     " RETURNING chunks.id"
+)
+_MARK_APPLIED_ON_CLUSTER = text(
+    str(_MARK_APPLIED).replace(
+        " RETURNING", " AND chunks.tenant_id = ANY (CAST(:p_tenant_ids AS uuid[])) RETURNING"
+    )
 )
 _HAS_READY = select(_c.id).where(*_SCOPE, _UNFINISHED, _c.available_at <= func.now()).limit(1)
 _EARLIER = (
@@ -436,7 +442,8 @@ class PipelineRepository:
             "p_changeset_ids": [changeset_id for _, changeset_id in claims],
             "p_attempts": [chunk.attempts for chunk, _ in claims],
         }
-        return set((await self.session.scalars(_MARK_APPLIED, params)).all())
+        statement = _MARK_APPLIED_ON_CLUSTER if await session_is_distributed(self.session) else _MARK_APPLIED
+        return set((await self.session.scalars(statement, params)).all())
 
     async def mark_failed_attempt(
         self,
