@@ -151,9 +151,11 @@ def _created(events: KeyEvents, key: ApiKey, secret: str) -> Response[CreatedKey
 _AS_GIVEN = ("writer", "shadow_writers", "destructive_ops", "destructive_kinds")
 
 
-async def _ask_embedder(session: AsyncSession, caller: Caller, settings: Settings, name: str | None) -> bool:
-    """Move the tenant to embedder `name` (None: the deployment's), one of those a tenant may have;
-    whether a move is under way now."""
+async def _ask_embedder(
+    session: AsyncSession, caller: Caller, settings: Settings, name: str | None
+) -> str | None:
+    """Move the tenant to embedder `name` (None: the deployment's), one of those a tenant may have; the
+    move under way now (`ask_switch`), if any."""
     to = name or settings.embedder
     allowed = allowed_embedders(settings.embedder, settings.tenant_embedders)
     if to not in allowed:
@@ -222,8 +224,10 @@ class TenantSettingsController(Controller):
                     details={"field": "write_weight", "most": most},
                 )
             changes["write_weight"] = data.write_weight
-        switching = data.embedder is not msgspec.UNSET and await _ask_embedder(
-            db_session, caller, settings, data.embedder
+        move = (
+            await _ask_embedder(db_session, caller, settings, data.embedder)
+            if data.embedder is not msgspec.UNSET
+            else None
         )
         tenant = await services.set_tenant_options(
             db_session,
@@ -235,8 +239,8 @@ class TenantSettingsController(Controller):
         )
         out = TenantSettings.of(tenant)
         after: list[BackgroundTask] = []  # after the commit:
-        if switching:  # a worker re-embeds the tenant's memories
-            after.append(BackgroundTask(enqueue_switch, job_queue.redis, tenant.id))
+        if move is not None:  # a worker re-embeds the tenant's memories
+            after.append(BackgroundTask(enqueue_switch, job_queue.redis, tenant.id, move))
         if changes.keys() & set(SHARES):  # the scheduler holds the new shares (a raised budget unpauses)
             shares = Shares(
                 weight=out.write_weight,

@@ -26,6 +26,7 @@ from app.domain.pipeline.finished import FinishedChunks
 from app.domain.pipeline.repositories import PipelineRepository
 from app.domain.pipeline.services.budgets import day_start
 from app.domain.pipeline.wakeups import ScopeWake, WakeReason, scope_wake
+from app.domain.search.tenant_embedder import read_choice
 from app.lib.errors import InvalidField, NotFoundError
 from app.lib.validation import encode_moment
 from app.writers.registry import WriterRegistry
@@ -124,7 +125,8 @@ async def _read(
 class Progress:
     """What a chunk's status says beyond its row: who wrote it and what all its writer calls cost (an
     applied chunk's changeset, with its failed attempts'), and why a queued chunk waits, if not for its
-    turn: `daily_token_budget` (its tenant's budget for the UTC day is spent)."""
+    turn: `daily_token_budget` (its tenant's budget for the UTC day is spent), `embedder_move` (its tenant
+    is being re-embedded with another embedder: `search.tenant_embedder`)."""
 
     writer: str | None
     usage: dict[str, Any]
@@ -140,8 +142,8 @@ async def progress(
 
 
 async def progress_in(session: AsyncSession, tenant_id: uuid.UUID, chunks: Sequence[Chunk]) -> list[Progress]:
-    """Each chunk's `Progress`: one read of the applied ones' changesets, and of the tenant's budget if
-    one waits queued."""
+    """Each chunk's `Progress`: one read of the applied ones' changesets, and of the tenant's budget (and,
+    within it, of a move to another embedder) if one waits queued."""
     written = await ChunkRepository(session).written(chunks)
     waiting = None
     if any(c.status == "queued" for c in chunks):
@@ -150,6 +152,8 @@ async def progress_in(session: AsyncSession, tenant_id: uuid.UUID, chunks: Seque
         )
         if budget is not None and spent >= budget:
             waiting = "daily_token_budget"
+        elif (await read_choice(session, tenant_id)).switching_to is not None:
+            waiting = "embedder_move"
     out = []
     for chunk in chunks:
         writer, usage = written.get(chunk.id, (chunk.writer, {}))

@@ -84,9 +84,9 @@ _FAULT_RETRY_S = 2.0
 async def run_turn(ctx: WorkerContext, turn: Turn) -> dict[str, Any]:
     """A turn on a scope the scheduler gave this worker: drain it for at most a turn
     (`MEMSTORE_SCHEDULER_TURN_S`), then give it back, charged for the chunks it served, ready again if
-    more wait, due later if a chunk backs off. A tenant whose daily token budget is spent is paused
-    instead, its chunks untouched. Whatever happens, the scope is given back (a killed worker's lapses
-    with its lease, and the sweeper wakes it)."""
+    more wait, due later if a chunk backs off. A tenant whose daily token budget is spent, or that moves
+    to another embedder, is paused instead, its chunks untouched. Whatever happens, the scope is given
+    back (a killed worker's lapses with its lease, and the sweeper wakes it)."""
     deps, scheduler = ctx["pipeline"], ctx["scheduler"]
     tenant_id, user_id = turn.tenant_id, turn.user_id
     structlog.contextvars.bind_contextvars(tenant_id=str(tenant_id), user_id=user_id)
@@ -100,7 +100,8 @@ async def run_turn(ctx: WorkerContext, turn: Turn) -> dict[str, Any]:
                 shares = await shares_of(session, tenant_id, options, budgeted=turn.budgeted)
         if shares.paused_until_ms:
             metrics.SCHEDULER_TURNS.labels("paused").inc()
-            log.info("scope.budget_spent", until_ms=shares.paused_until_ms)
+            why = "embedder_move" if options.embedder_switching_to else "budget_spent"
+            log.info("scope.paused", until_ms=shares.paused_until_ms, why=why)
             return {"paused_until_ms": shares.paused_until_ms}
         # A tenant with a budget is served a chunk a turn, its spending read again before each.
         budgeted = shares.budgeted

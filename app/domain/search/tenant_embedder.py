@@ -136,18 +136,19 @@ async def ask_switch(
     default: str,
     actor: str,
     request_id: str | None = None,
-) -> bool:
-    """Record that the tenant moves to embedder `to` (in the caller's transaction, audited); False when it
-    already uses it and no move is under way. Asking again for the move under way changes nothing; asking
-    for another one while a move is under way starts over with that one."""
+) -> str | None:
+    """Record that the tenant moves to embedder `to` (in the caller's transaction, audited): the move's
+    key (when it was asked for), or None when the tenant already uses `to` and no move is under way.
+    Asking again for the move under way changes nothing (the same key); asking for another one while a
+    move is under way starts over with that one."""
     tenant = await session.get(Tenant, tenant_id, with_for_update=True)
     if tenant is None:
-        return False
+        return None
     choice = TenantEmbedder.of(tenant.settings)
     if choice.switching_to == to:
-        return True
+        return str(tenant.settings[SWITCH]["since"])
     if choice.switching_to is None and choice.name(default) == to:
-        return False
+        return None
     switch = {"to": to, "since": datetime.now(UTC).isoformat(), "cursor": None}
     # Its shadow banks move with it: a bank's memories are compared with the tenant's.
     for moving in (tenant, *await _banks(session, tenant_id, lock=True)):
@@ -163,15 +164,20 @@ async def ask_switch(
         summary={"embedder": to, "was": choice.name(default)},
         request_id=request_id,
     )
-    return True
+    return switch["since"]
 
 
-async def enqueue_switch(redis: ArqRedis, tenant_id: uuid.UUID, *, again: bool = False) -> None:
-    """Have a worker carry on the tenant's move (`switch_tenant`). One job a tenant at a time: asked
-    twice, the second is dropped while the first is queued or running; a run that stops before the end
-    (its time is up) enqueues the next (`again`)."""
-    job_id = f"{SWITCH_JOB}:{tenant_id}" + (f":{uuid.uuid4().hex}" if again else "")
-    await redis.enqueue_job(SWITCH_JOB, str(tenant_id), _job_id=job_id, _queue_name=QUEUE_NAME)
+async def enqueue_switch(
+    redis: ArqRedis, tenant_id: uuid.UUID, move: str | None = None, *, defer_s: float | None = None
+) -> None:
+    """Have a worker carry on the tenant's move (`switch_tenant`), after `defer_s` if given. Asked for the
+    move `move` (its key, `ask_switch`), once: asked twice, the second is dropped while the first is
+    queued or running; a run that stops before the end enqueues the next (`move` None: a job of its own,
+    which takes up whatever move is under way)."""
+    job_id = f"{SWITCH_JOB}:{tenant_id}:{move or uuid.uuid4().hex}"
+    await redis.enqueue_job(
+        SWITCH_JOB, str(tenant_id), _job_id=job_id, _queue_name=QUEUE_NAME, _defer_by=defer_s
+    )
 
 
 @dataclass

@@ -21,12 +21,14 @@ from app.config import Settings
 from app.db.models import AuditEvent, Chunk, Memory
 from app.domain.accounts.services import create_tenant
 from app.domain.pipeline.repositories import TenantOptions
+from app.domain.pipeline.scheduler import queues
 from app.domain.pipeline.services.deps import LimitsPolicy
 from app.domain.search.reembed import reembed
 from app.domain.search.services import record_embedder
 from app.domain.search.tenant_embedder import OWN, SWITCH, ask_switch, switch_tenant
 from app.embeddings import Embedders, HashingEmbedder
 from app.embeddings.base import DUPLICATE_THRESHOLDS
+from app.lib.queue import create_redis
 from app.server.asgi import create_app
 from app.writers.registry import WriterRegistry
 from tests.conftest import FAST_WORKERS, TenantKeys
@@ -186,17 +188,23 @@ async def test_a_moving_tenants_chunks_wait_then_its_writes_use_its_embedder(
         await post(tenant, "I live in Oslo.")
         await post(other_tenant, "I live in Lyon.")
         assert await wait_for_chunks(sessionmaker, other_tenant.tenant_id, 1) == {"applied": 1}
-        # The moving tenant's chunk waits, its attempts given back, the reason on it.
-        async with sessionmaker() as session:
-            waiting = await wait_for(
-                lambda: session.scalar(select(Chunk).where(Chunk.tenant_id == tenant.tenant_id)),
-                lambda c: c is not None and c.last_error is not None,
+        # The moving tenant's chunk waits, queued and untouched: the scheduler holds the tenant paused.
+        redis = create_redis(tenant_settings.redis_url)
+        try:
+            await wait_for(
+                lambda: queues(redis),
+                lambda found: any(q.tenant_id == str(tenant.tenant_id) and q.paused for q in found),
                 timeout_s=20,
-                what="the moving tenant's chunk given back with its reason",
+                what="the moving tenant paused in the scheduler",
             )
+        finally:
+            await redis.aclose()
+        async with sessionmaker() as session:
+            waiting = await session.scalar(select(Chunk).where(Chunk.tenant_id == tenant.tenant_id))
         assert waiting is not None
         assert (waiting.status, waiting.attempts) == ("queued", 0)
-        assert "re-embedded" in (waiting.last_error or "")
+        shown = (await api.get(f"/v1/chunks/{waiting.id}", headers=tenant.admin)).json()
+        assert shown["waiting_for"] == "embedder_move"
 
         # The move is done (here, by hand; a worker's job in production): the chunk is applied.
         embedders = Embedders(tenant_settings)
@@ -204,6 +212,7 @@ async def test_a_moving_tenants_chunks_wait_then_its_writes_use_its_embedder(
             assert (await switch_tenant(sessionmaker, embedders, tenant.tenant_id, actor="test")).finished
         finally:
             await embedders.aclose()
+        # Unpaused within MOVE_RECHECK_S (a worker's job that ends a move unpauses its tenant at once).
         assert await wait_for_chunks(sessionmaker, tenant.tenant_id, 1) == {"applied": 1}
 
     mine = await stored(sessionmaker, tenant.tenant_id)
