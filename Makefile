@@ -127,6 +127,7 @@ bench: $(STAMP) ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python bench/search.py --json docs/search-benchmark.json --plot docs/search-benchmark.png
 	$(BIN)/python bench/retrieval.py --json docs/retrieval-benchmark.json --plot docs/retrieval-benchmark.png
 	$(BIN)/python bench/embedder_outage.py
+	$(BIN)/python bench/embedder_switch.py --quick
 
 .PHONY: bench-vs-mem0
 bench-vs-mem0: $(STAMP) ## Memstore beside Mem0 OSS 2.2.1 (in .bench-venvs/mem0) on LoCoMo; writes docs/vs-mem0.*
