@@ -406,14 +406,19 @@ async def test_the_tenants_embedder_is_moved_from_the_usage_page(
             await page.goto(f"{base_url}/admin/")
             await page.get_by_label("Admin API key").fill(tenant.admin_key)
             await page.keyboard.press("Enter")
+            await expect(page.get_by_role("heading", name="Users")).to_be_visible()
             await page.get_by_role("link", name="Usage").click()
+            await expect(page.get_by_role("heading", name="Usage")).to_be_visible()
             await expect(page.locator("#embedder-now")).to_contain_text("the deployment's embedder")
-
-            await page.get_by_label("Embedder (empty: the deployment's)").fill("nope")
+            # The view drawn once more as its reads come back would replace a field filled meanwhile.
+            await page.wait_for_load_state("networkidle")
+            field = page.get_by_label("Embedder (empty: the deployment's)")
+            await field.fill("nope")
+            await expect(field).to_have_value("nope")
             await page.get_by_role("button", name="Move").click()
             await expect(page.locator("#status")).to_contain_text("Unknown embedder 'nope'")
 
-            await page.get_by_label("Embedder (empty: the deployment's)").fill("openai")
+            await field.fill("openai")
             await page.get_by_role("button", name="Move").click()
             await expect(page.locator("#embedder-now")).to_contain_text("Moving to openai")
             assert len(await _unlabelled(page)) == 0, await _unlabelled(page)
