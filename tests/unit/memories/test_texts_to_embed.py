@@ -73,6 +73,27 @@ def test_an_update_that_becomes_an_add_is_embedded() -> None:
     assert texts_to_embed([bare]) == ["The user lives in Lyon."]
 
 
+def test_an_op_freed_under_the_locks_by_a_stale_one_is_embedded() -> None:
+    # A SUPERSEDE of memories 0 and 1, then an UPDATE of memory 1: as shown, the UPDATE is dropped (a
+    # second op on memory 1). Memory 0 changed since it was shown: under the locks the SUPERSEDE is
+    # dropped (`stale_target`), and the UPDATE stands, so its text must be embedded beforehand.
+    lyon = Shown(uuid.uuid4(), 3, "The user lives in Lyon.", (), None)
+    oslo = Shown(uuid.uuid4(), 3, "The user lives in Oslo.", (), None)
+    apply = request(
+        Op(OpKind.SUPERSEDE, "The user lives in Oslo.", (0, 1)),
+        Op(OpKind.UPDATE, "The user lives in Lyon.", (1,)),
+        shown={0: lyon, 1: oslo},
+        at=None,
+    )
+    locked = {
+        lyon.memory_id: MemoryState(lyon.memory_id, 4, "active", "The user lives in Lyon.", (), "user", None),
+        oslo.memory_id: MemoryState(oslo.memory_id, 3, "active", "The user lives in Oslo.", (), "user", None),
+    }
+    accepted = check_ops(apply.ops, apply.shown, locked, [], apply.memory_at, apply.limits, [])
+    assert [op.kind for _, op, _ in accepted] == [OpKind.UPDATE]
+    assert "The user lives in Lyon." in texts_to_embed([apply])
+
+
 # Every op the guards accept with content has its text embedded beforehand: `texts_to_embed` may leave
 # out only what `check_ops` drops, or the apply would fail for want of a vector. Checked against the
 # guards themselves, over generated ops and memories as they were shown and as they stand locked.

@@ -51,9 +51,11 @@ _UNKNOWN_EXPIRY = datetime.min.replace(tzinfo=UTC)
 
 def texts_to_embed(requests: Sequence[ApplyRequest]) -> list[str]:
     """The texts `apply_many` may store for `requests`, once each: those of the ops the guards let
-    through (or hold for review) if every memory shown is as it was shown. A memory that changed since
-    only drops more ops under the locks (`stale_target`), so no text `apply_many` looks up is missing;
-    a NOOP, a DELETE, an op the guards drop, or an UPDATE repeating what was shown costs no embedding."""
+    through (or hold for review) if every memory shown is as it was shown, together or each alone. A
+    memory that changed since drops more ops under the locks (`stale_target`), and an op dropped so may
+    free another that was dropped for its sake (`duplicate_target`: two ops on one memory), which each op
+    checked alone finds; so no text `apply_many` looks up is missing. A NOOP, a DELETE, an op the guards
+    drop alone, or an UPDATE repeating what was shown costs no embedding."""
     texts: dict[str, None] = {}
     for request in requests:
         as_shown = {
@@ -69,13 +71,13 @@ def texts_to_embed(requests: Sequence[ApplyRequest]) -> list[str]:
             )
             for shown in request.shown.values()
         }
-        held: Checked = []
-        accepted = check_ops(
-            request.ops, request.shown, as_shown, [], request.memory_at, request.limits, held
-        )
-        for _, op, _ in [*accepted, *held]:
-            if op.kind in WRITES_CONTENT:
-                texts[(op.content or "").strip()] = None
+        alone = [(op,) for op in request.ops if op.kind in WRITES_CONTENT] if len(request.ops) > 1 else []
+        for ops in (request.ops, *alone):
+            held: Checked = []
+            accepted = check_ops(ops, request.shown, as_shown, [], request.memory_at, request.limits, held)
+            for _, op, _ in [*accepted, *held]:
+                if op.kind in WRITES_CONTENT:
+                    texts[(op.content or "").strip()] = None
     return list(texts)
 
 
