@@ -9,16 +9,19 @@ tests, which keep apart by tenant."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 
+from app.config import Settings
 from app.lib.embedded import CITUS_HOME, EmbeddedCitusNode, EmbeddedStack, citus_bin_dir
 
 OPT_IN = "MEMSTORE_TEST_CITUS"
@@ -51,12 +54,31 @@ class Cluster:
         return await asyncpg.connect(host=str(node.socket_dir), user=user, database=node.database)
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
+def service_settings(database_url: str, owner_url: str, redis_url: str, **overrides: Any) -> Settings:
+    """The service's settings on a cluster (or a Postgres) for these tests: the offline writer, the
+    hashing embedder, no rate limits."""
+    fields: dict[str, Any] = {
+        "database_url": database_url,
+        "admin_database_url": owner_url,
+        "redis_url": redis_url,
+        "auth_cache_ttl_s": 0.0,
+        "log_format": "console",
+        "rate_limit_per_s": 0.0,
+        "user_rate_limit_per_s": 0.0,
+        "embedder": "hashing",
+        "writer": "offline",
+    }
+    return Settings(**(fields | overrides))
+
+
+@contextlib.contextmanager
+def started_cluster(prefix: str) -> Iterator[Cluster]:
+    """A coordinator and two workers, migrated and distributed as `memstore up --citus-workers 2` does;
+    stopped and removed afterwards."""
     from app.cli.db import distribute_database
     from app.db.migrate import upgrade
 
-    data_dir = Path(tempfile.mkdtemp(prefix="memstore-citus-"))
+    data_dir = Path(tempfile.mkdtemp(prefix=prefix))
     stack = EmbeddedStack(data_dir, citus_workers=2)
     owner_url, redis_url = stack.start()
     try:
@@ -67,3 +89,9 @@ def cluster() -> Iterator[Cluster]:
     finally:
         stack.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    with started_cluster("memstore-citus-") as started:
+        yield started

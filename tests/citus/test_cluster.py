@@ -31,7 +31,7 @@ from app.domain.pipeline.repositories import PipelineRepository
 from app.domain.search.services import Searcher, SearchQuery
 from app.embeddings import embedder_from_settings
 from app.server.asgi import create_app
-from tests.citus.conftest import Cluster
+from tests.citus.conftest import Cluster, service_settings
 from tests.support.workers import running_worker, wait_for_chunks
 
 TENANTS = 20
@@ -61,16 +61,10 @@ class Bank:
 @pytest.fixture(scope="module")
 async def bank(cluster: Cluster) -> AsyncIterator[Bank]:
     """Twenty tenants, each with one user who said where they live, every chunk applied by a worker."""
-    settings = Settings(
-        database_url=cluster.service_url,
-        admin_database_url=cluster.owner_url,
-        redis_url=cluster.redis_url,
-        auth_cache_ttl_s=0.0,
-        log_format="console",
-        rate_limit_per_s=0.0,
-        user_rate_limit_per_s=0.0,
-        embedder="hashing",
-        writer="offline",
+    settings = service_settings(
+        cluster.service_url,
+        cluster.owner_url,
+        cluster.redis_url,
     )
     engine = create_engine(settings.as_owner(), application_name="memstore-tests")
     sessionmaker = create_sessionmaker(engine)

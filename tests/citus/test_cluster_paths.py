@@ -24,7 +24,7 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.domain.accounts.services import create_tenant
 from app.domain.pipeline.jobs import find_stranded_scopes
 from app.server.asgi import create_app
-from tests.citus.conftest import Cluster
+from tests.citus.conftest import Cluster, service_settings
 from tests.conftest import FAST_WORKERS, writers_toml
 from tests.support.fake_llm import FakeLLM
 from tests.support.waiting import wait_for
@@ -81,21 +81,15 @@ async def service(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) ->
                 }
             )
         )
-        settings = Settings(
-            database_url=cluster.service_url,
-            admin_database_url=cluster.owner_url,
-            redis_url=cluster.redis_url,
-            auth_cache_ttl_s=0.0,
-            log_format="console",
-            rate_limit_per_s=0.0,
-            user_rate_limit_per_s=0.0,
-            embedder="hashing",
-            writer="offline",
+        settings = service_settings(
+            cluster.service_url,
+            cluster.owner_url,
+            cluster.redis_url,
             writers_file=writers,
             webhook_allowed_hosts=["127.0.0.0/8"],
             webhook_retry_schedule_s=[0.3, 0.3, 0.3],
             webhook_timeout_s=2.0,
-            **FAST_WORKERS,  # type: ignore[arg-type]
+            **FAST_WORKERS,
         )
         owner = create_engine(settings.as_owner(), application_name="memstore-tests")
         engine = create_engine(settings, application_name="memstore-tests")

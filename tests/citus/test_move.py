@@ -37,6 +37,7 @@ from app.db.tenancy import SERVICE_ROLE
 from app.domain.accounts.services import create_tenant
 from app.lib.embedded import EmbeddedCitusNode, EmbeddedPostgres, EmbeddedStack
 from app.server.asgi import create_app
+from tests.citus.conftest import service_settings
 from tests.support.workers import running_worker, wait_for_chunks
 
 TENANTS = 6
@@ -81,20 +82,6 @@ class Moved:
     timings: dict[str, float]
     planned: str  # what `memstore db distribute --dry-run` said
     distributed: str  # what `memstore db distribute` said
-
-
-def _settings(database_url: str, owner_url: str, redis_url: str) -> Settings:
-    return Settings(
-        database_url=database_url,
-        admin_database_url=owner_url,
-        redis_url=redis_url,
-        auth_cache_ttl_s=0.0,
-        log_format="console",
-        rate_limit_per_s=0.0,
-        user_rate_limit_per_s=0.0,
-        embedder="hashing",
-        writer="offline",
-    )
 
 
 async def _read_bank(api: AsyncTestClient[Litestar], owner_dsn: str, tenants: list[Tenant]) -> Bank:
@@ -207,7 +194,7 @@ async def moved() -> AsyncIterator[Moved]:
         await asyncio.to_thread(upgrade, owner_url)
         assert single.postgres is not None
         source: EmbeddedPostgres = single.postgres
-        settings = _settings(single.service_url, owner_url, redis_url)
+        settings = service_settings(single.service_url, owner_url, redis_url)
         engine = _owner_engine(settings)
         sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
         async with AsyncTestClient(create_app(settings, configure_logs=False)) as api:
@@ -243,7 +230,7 @@ async def moved() -> AsyncIterator[Moved]:
         assert migrated.returncode == 0, migrated.stderr
 
         # The service on the cluster.
-        settings = _settings(cluster.service_url, cluster_owner_url, cluster_redis_url)
+        settings = service_settings(cluster.service_url, cluster_owner_url, cluster_redis_url)
         engine = _owner_engine(settings)
         sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
         async with AsyncTestClient(create_app(settings, configure_logs=False)) as api:

@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -35,8 +32,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.domain.accounts.services import create_tenant
-from app.lib.embedded import EmbeddedCitusNode, EmbeddedStack
+from app.lib.embedded import EmbeddedCitusNode
 from app.server.asgi import create_app
+from tests.citus.conftest import service_settings, started_cluster
 from tests.support.waiting import wait_for
 from tests.support.workers import chunk_counts, running_worker, wait_for_chunks
 
@@ -80,31 +78,11 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig() -> Iterator[Rig]:
     """A cluster of this module's own, migrated and distributed as `memstore up --citus-workers 2` does."""
-    from app.cli.db import distribute_database
-    from app.db.migrate import upgrade
-
-    data_dir = Path(tempfile.mkdtemp(prefix="memstore-citus-down-"))
-    stack = EmbeddedStack(data_dir, citus_workers=2)
-    owner_url, redis_url = stack.start()
-    try:
-        upgrade(owner_url)
-        asyncio.run(distribute_database(owner_url))
-        assert stack.cluster is not None
-        settings = Settings(
-            database_url=stack.service_url,
-            admin_database_url=owner_url,
-            redis_url=redis_url,
-            auth_cache_ttl_s=0.0,
-            log_format="json",
-            rate_limit_per_s=0.0,
-            user_rate_limit_per_s=0.0,
-            embedder="hashing",
-            writer="offline",
+    with started_cluster("memstore-citus-down-") as cluster:
+        settings = service_settings(
+            cluster.service_url, cluster.owner_url, cluster.redis_url, log_format="json"
         )
-        yield Rig(settings, stack.cluster.coordinator, stack.cluster.nodes)
-    finally:
-        stack.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        yield Rig(settings, cluster.coordinator, cluster.workers)
 
 
 async def _tenants(rig: Rig, sessionmaker: async_sessionmaker[AsyncSession], stopped: str) -> list[Tenant]:
